@@ -1,0 +1,26 @@
+//! The engine's one error type.
+//!
+//! Every fallible public function in `tern` returns [`Result`]. Variants name what went wrong in
+//! terms a caller can act on; retryable conditions get their own variants as later components
+//! add them (conflict, deadlock), so callers can match on them instead of parsing messages.
+
+/// Everything that can go wrong in `tern`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A caller passed a value outside what the API accepts; the message says which and why.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// More distinct latch classes were registered than the fixed class table holds.
+    #[error("cannot register latch class {name:?}: the table holds {max} classes")]
+    TooManyLatchClasses {
+        /// The class that did not fit.
+        name: String,
+        /// The table's capacity.
+        max: usize,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,14 @@
+//! tern: an embedded, transactional key-value storage engine whose hot paths stay fast on many
+//! cores.
+//!
+//! Components, each in its own module with a doc that states its invariants:
+//!
+//! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
+//!   policies and counters.
+//!
+//! Errors from every component are one type, [`Error`].
+
+pub mod error;
+pub mod sync;
+
+pub use error::{Error, Result};

@@ -1,0 +1,184 @@
+//! Latch counters: per thread, per class, summed when read.
+//!
+//! Each thread owns a block of counters (one cache line per class) that only it writes, with a
+//! relaxed load and store: no read-modify-write instruction and no shared cache line on any
+//! latch path, so the counters can stay on in production. A reader sums every block ever
+//! handed out. Blocks are never freed: when a thread exits its block goes to a free list and the
+//! next new thread continues counting in it, so totals stay monotonic and no count is lost.
+//! (A thread that uses a latch while its thread-locals are being torn down may share a block
+//! with a new thread for that instant; the worst outcome is one lost increment.)
+
+use super::class::{LatchClass, MAX_CLASSES};
+use serde::Serialize;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex as StdMutex;
+
+/// The things counted per latch class.
+#[derive(Clone, Copy, Debug)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    /// Shared or exclusive acquisitions, contended or not.
+    Acquisitions,
+    /// Optimistic reads validated (successfully or not) on a `HybridLatch`.
+    Optimistic,
+    /// Acquisitions that did not succeed at the first attempt.
+    Contended,
+    /// Spin rounds (PAUSE bursts or `sched_yield` calls) while waiting.
+    SpinRounds,
+    /// Times a waiter went to sleep.
+    Parks,
+    /// Nanoseconds spent waiting in contended acquisitions.
+    WaitNs,
+    /// `RwLatch` reader-bias revocations by writers.
+    Revocations,
+    /// Optimistic reads that failed validation (the reader must restart).
+    Restarts,
+}
+
+const COUNTERS: usize = 8;
+
+#[repr(align(64))]
+struct ClassCounters([AtomicU64; COUNTERS]);
+
+struct Block([ClassCounters; MAX_CLASSES]);
+
+impl Block {
+    fn leak() -> &'static Block {
+        Box::leak(Box::new(Block(std::array::from_fn(|_| ClassCounters(std::array::from_fn(|_| AtomicU64::new(0)))))))
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    all: Vec<&'static Block>,
+    free: Vec<&'static Block>,
+}
+
+static REGISTRY: StdMutex<Registry> = StdMutex::new(Registry { all: Vec::new(), free: Vec::new() });
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    // Every mutation is a single push or pop, so a poisoned registry is still consistent.
+    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+std::thread_local! {
+    /// This thread's block; a const-initialised `Cell` with no destructor, so access is one
+    /// thread-pointer-relative load.
+    static BLOCK: Cell<Option<&'static Block>> = const { Cell::new(None) };
+    /// Returns the block to the free list when the thread exits.
+    static RELEASE: Release = const { Release };
+}
+
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Some(block) = BLOCK.try_with(|b| b.take()).ok().flatten() {
+            registry().free.push(block);
+        }
+    }
+}
+
+#[cold]
+fn adopt_block(cell: &Cell<Option<&'static Block>>) -> &'static Block {
+    let block = {
+        let mut reg = registry();
+        reg.free.pop().unwrap_or_else(|| {
+            let block = Block::leak();
+            reg.all.push(block);
+            block
+        })
+    };
+    cell.set(Some(block));
+    // Registers the exit hook; fails harmlessly while the thread is already exiting.
+    let _ = RELEASE.try_with(|_| ());
+    block
+}
+
+/// Adds `n` to this thread's `counter` of `class`.
+#[inline(always)]
+pub(crate) fn add(class: LatchClass, counter: Counter, n: u64) {
+    // `try_with` fails only during thread teardown; counting is then skipped.
+    let _ = BLOCK.try_with(|cell| {
+        let block = match cell.get() {
+            Some(block) => block,
+            None => adopt_block(cell),
+        };
+        let slot = &block.0[class.index()].0[counter as usize];
+        // Only this thread writes this slot: load+store cannot lose an update.
+        slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
+    });
+}
+
+/// Counters of one latch class, summed over all threads since the process started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LatchStats {
+    /// The class name.
+    pub class: &'static str,
+    /// Shared and exclusive acquisitions.
+    pub acquisitions: u64,
+    /// Optimistic reads validated (`HybridLatch`).
+    pub optimistic: u64,
+    /// Acquisitions that had to wait.
+    pub contended: u64,
+    /// Spin rounds while waiting (PAUSE bursts, or `sched_yield` calls under `Yield`).
+    pub spin_rounds: u64,
+    /// Times a waiter slept.
+    pub parks: u64,
+    /// Total nanoseconds spent waiting.
+    pub wait_ns: u64,
+    /// Reader-bias revocations (`RwLatch`).
+    pub revocations: u64,
+    /// Failed optimistic validations (`HybridLatch`).
+    pub restarts: u64,
+}
+
+impl LatchStats {
+    /// The counts accumulated between `earlier` and `self`.
+    pub fn since(&self, earlier: &LatchStats) -> LatchStats {
+        let d = |a: u64, b: u64| a.wrapping_sub(b);
+        LatchStats {
+            class: self.class,
+            acquisitions: d(self.acquisitions, earlier.acquisitions),
+            optimistic: d(self.optimistic, earlier.optimistic),
+            contended: d(self.contended, earlier.contended),
+            spin_rounds: d(self.spin_rounds, earlier.spin_rounds),
+            parks: d(self.parks, earlier.parks),
+            wait_ns: d(self.wait_ns, earlier.wait_ns),
+            revocations: d(self.revocations, earlier.revocations),
+            restarts: d(self.restarts, earlier.restarts),
+        }
+    }
+
+    fn from_totals(class: &'static str, t: [u64; COUNTERS]) -> LatchStats {
+        LatchStats {
+            class,
+            acquisitions: t[Counter::Acquisitions as usize],
+            optimistic: t[Counter::Optimistic as usize],
+            contended: t[Counter::Contended as usize],
+            spin_rounds: t[Counter::SpinRounds as usize],
+            parks: t[Counter::Parks as usize],
+            wait_ns: t[Counter::WaitNs as usize],
+            revocations: t[Counter::Revocations as usize],
+            restarts: t[Counter::Restarts as usize],
+        }
+    }
+}
+
+/// Counters of `class`, summed over every thread.
+pub fn class_stats(class: LatchClass) -> LatchStats {
+    let blocks = registry().all.clone();
+    let mut totals = [0u64; COUNTERS];
+    for block in blocks {
+        for (total, slot) in totals.iter_mut().zip(&block.0[class.index()].0) {
+            *total = total.wrapping_add(slot.load(Relaxed));
+        }
+    }
+    LatchStats::from_totals(class.name(), totals)
+}
+
+/// Counters of every registered latch class.
+pub fn stats() -> Vec<LatchStats> {
+    LatchClass::all().into_iter().map(class_stats).collect()
+}

@@ -1,0 +1,59 @@
+//! Latches: the short-term locks that protect tern's in-memory structures.
+//!
+//! Every other component (tree nodes, transaction table, lock manager partitions, log buffer)
+//! builds on these, so they are small, measurable, and model-checked:
+//!
+//! | latch | size | modes | for |
+//! |---|---|---|---|
+//! | [`Mutex<T>`] | 2 bytes + `T` | exclusive | short critical sections |
+//! | [`RwLatch<T>`] | 32 bytes + `T` | shared (scalable), exclusive | read-mostly shared state |
+//! | [`HybridLatch<T>`] | 16 bytes + class + `T` | optimistic, shared, exclusive | B+tree nodes (optimistic lock coupling) |
+//!
+//! ## Waiting
+//! A latch that cannot be taken at once waits as its [`LatchClass`]'s [`SpinConfig`] says:
+//! PAUSE-spin with exponential backoff then park (default), `sched_yield` spinning, parking at
+//! once, or an adaptive spin limit ([`spin`] explains each). Sleeping uses a global parking table
+//! keyed by the latch's address ([`park`]), so a latch is a single word.
+//!
+//! ## Counters
+//! Per class, per thread, summed on read ([`stats`]): acquisitions, contended acquisitions, spin
+//! rounds, parks, time waited, bias revocations, optimistic reads and restarts.
+//!
+//! ## Invariants
+//! * A `Mutex` or `RwLatch` in exclusive mode has exactly one holder, and no shared holder.
+//! * No wakeup is lost: a waiter parks only after setting its latch's parked bit under the
+//!   parking queue's lock and seeing the latch still held; releasers that see the bit wake under
+//!   the same queue lock ([`mutex`], [`rwlock`]).
+//! * Writers are not starved by readers: once a writer owns the writer bit of a `RawRwLock`, no
+//!   new reader enters ([`rwlock`]), and an `RwLatch` writer revokes the reader bias ([`rwlatch`]).
+//! * A `HybridLatch`'s version is odd exactly while an exclusive holder is inside; an optimistic
+//!   read that validates saw no write ([`hybrid`]).
+//! * Latches do not nest by themselves; the order in which components may hold several is in
+//!   `docs/latch-order.md`.
+//!
+//! ## Model checking
+//! Under `RUSTFLAGS="--cfg loom"` the atomics, spinning and parking switch to loom's models
+//! ([`primitive`], [`park`]) and the tests in `loom_tests` explore the interleavings of the
+//! real latch code.
+
+mod class;
+mod counters;
+mod hybrid;
+mod mutex;
+mod park;
+mod primitive;
+mod rwlatch;
+mod rwlock;
+mod spin;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use class::{set_all_configs, LatchClass, MAX_CLASSES};
+pub use counters::{class_stats, stats, LatchStats};
+pub use hybrid::{ExclusiveGuard, HybridLatch, OptimisticGuard, Restart, SharedGuard};
+pub use mutex::{Mutex, MutexGuard, RawMutex};
+pub use rwlatch::{RwLatch, RwLatchReadGuard, RwLatchWriteGuard};
+pub use spin::{SpinConfig, SpinPolicy};

@@ -1,0 +1,333 @@
+//! `RwLatch<T>`: a shared/exclusive latch whose shared mode scales with readers.
+//!
+//! A plain reader-writer lock counts its readers in one word, so every shared acquisition is a
+//! read-modify-write on one cache line that bounces between all reading cores: the cost Berkeley
+//! DB's shared locker latch left behind. `RwLatch` applies BRAVO (Dice & Kogan, "BRAVO: Biased
+//! Locking for Reader-Writer Locks", USENIX ATC 2019) on top of [`RawRwLock`]:
+//!
+//! * While the latch is **reader-biased**, a reader publishes itself by writing the latch's
+//!   address into one slot of a process-wide *visible readers* table, chosen by hashing the
+//!   thread and the latch, then re-checks the bias. Different threads hit different slots, so
+//!   readers write no shared line. If the slot is taken (a hash collision) or the bias is off,
+//!   the reader uses the underlying lock's shared mode instead ("slow readers").
+//! * A **writer** takes the underlying lock exclusively (which stops slow readers), then, if
+//!   the latch is biased, revokes the bias and waits until no slot holds the latch's address.
+//!   To keep revocation cheap on average, re-biasing is inhibited for `INHIBIT_FACTOR` times as
+//!   long as the revocation took; a slow reader re-enables the bias once that time has passed.
+//!
+//! Soundness rests on a store-load (Dekker) pair: the reader stores its slot then loads the
+//! bias; the writer stores the bias then loads the slots. All four accesses are `SeqCst`, so at
+//! least one side sees the other: either the reader sees the bias off and retreats, or the writer
+//! sees the slot and waits for it to clear. A fast reader's view of the data is ordered after
+//! the previous writer by the chain writer unlock → slow reader's shared lock → its release
+//! store of the bias → the fast reader's load of it. Writers are not starved by readers: the
+//! underlying lock's writer preference stops slow readers, and fast readers stop arriving once
+//! the bias is revoked.
+//!
+//! Bias can be turned off per latch ([`RwLatch::with_options`]) to measure what it buys.
+
+use super::class::LatchClass;
+use super::counters::{add, Counter};
+use super::primitive::{dekker_fence, spin_loop, ticks, yield_now, AtomicBool, AtomicU64, AtomicUsize};
+use super::rwlock::RawRwLock;
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::Ordering::{Relaxed, Release, SeqCst};
+
+/// Slots in the visible readers table (a power of two). 32 KiB, shared by every `RwLatch`.
+#[cfg(not(loom))]
+const TABLE_SLOTS: usize = 4096;
+#[cfg(loom)]
+const TABLE_SLOTS: usize = 4;
+
+/// Re-biasing waits this many times the duration of the last revocation.
+const INHIBIT_FACTOR: u64 = 9;
+
+#[cfg(not(loom))]
+fn visible_readers() -> &'static [AtomicUsize] {
+    static TABLE: [AtomicUsize; TABLE_SLOTS] = [const { AtomicUsize::new(0) }; TABLE_SLOTS];
+    &TABLE
+}
+
+#[cfg(loom)]
+fn visible_readers() -> &'static [AtomicUsize] {
+    loom::lazy_static! {
+        static ref TABLE: Vec<AtomicUsize> = (0..TABLE_SLOTS).map(|_| AtomicUsize::new(0)).collect();
+    }
+    &TABLE
+}
+
+/// The slot a thread uses for a latch: a multiplicative hash of both.
+#[inline]
+fn slot_for(latch: usize) -> &'static AtomicUsize {
+    const K: usize = 0x9E37_79B9_7F4A_7C15_u64 as usize;
+    // Loom needs every execution to take the same path, and heap addresses differ between
+    // executions: hash the thread alone there.
+    let latch = if cfg!(loom) { 0 } else { latch >> 4 };
+    let h = (super::primitive::thread_token().wrapping_mul(K) ^ latch).wrapping_mul(K);
+    &visible_readers()[h >> (usize::BITS - TABLE_SLOTS.trailing_zeros())]
+}
+
+/// A reader-writer latch protecting a `T`, with scalable shared mode.
+pub struct RwLatch<T: ?Sized> {
+    lock: RawRwLock,
+    /// Readers may use the visible readers table.
+    bias: AtomicBool,
+    /// This latch may be biased at all.
+    bias_enabled: bool,
+    class: LatchClass,
+    /// Tick before which slow readers must not re-enable the bias.
+    inhibit_until: AtomicU64,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: readers get `&T` concurrently (needs `T: Sync`), a writer gets `&mut T` from any
+// thread (needs `T: Send`).
+unsafe impl<T: ?Sized + Send + Sync> Sync for RwLatch<T> {}
+// SAFETY: owning the latch means owning the `T`.
+unsafe impl<T: ?Sized + Send> Send for RwLatch<T> {}
+
+impl<T> RwLatch<T> {
+    /// A reader-biased latch of the default class.
+    pub fn new(value: T) -> RwLatch<T> {
+        RwLatch::with_options(value, LatchClass::DEFAULT, true)
+    }
+
+    /// A reader-biased latch of `class`.
+    pub fn with_class(value: T, class: LatchClass) -> RwLatch<T> {
+        RwLatch::with_options(value, class, true)
+    }
+
+    /// A latch of `class`; `reader_bias = false` makes every reader use the shared counter.
+    pub fn with_options(value: T, class: LatchClass, reader_bias: bool) -> RwLatch<T> {
+        RwLatch {
+            lock: RawRwLock::new(),
+            bias: AtomicBool::new(reader_bias),
+            bias_enabled: reader_bias,
+            class,
+            inhibit_until: AtomicU64::new(0),
+            data: UnsafeCell::new(value),
+        }
+    }
+
+    /// Consumes the latch, returning the data.
+    pub fn into_inner(self) -> T {
+        self.data.into_inner()
+    }
+}
+
+impl<T: ?Sized> RwLatch<T> {
+    fn addr(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
+
+    /// Acquires shared mode.
+    #[inline]
+    pub fn read(&self) -> RwLatchReadGuard<'_, T> {
+        if let Some(slot) = self.try_fast_read() {
+            add(self.class, Counter::Acquisitions, 1);
+            return RwLatchReadGuard { latch: self, slot: Some(slot), _not_send: PhantomData };
+        }
+        self.lock.read(self.class);
+        self.maybe_rebias();
+        RwLatchReadGuard { latch: self, slot: None, _not_send: PhantomData }
+    }
+
+    /// Acquires shared mode if no writer holds or awaits the latch.
+    pub fn try_read(&self) -> Option<RwLatchReadGuard<'_, T>> {
+        if let Some(slot) = self.try_fast_read() {
+            add(self.class, Counter::Acquisitions, 1);
+            return Some(RwLatchReadGuard { latch: self, slot: Some(slot), _not_send: PhantomData });
+        }
+        self.lock.try_read(self.class).then(|| RwLatchReadGuard { latch: self, slot: None, _not_send: PhantomData })
+    }
+
+    /// The biased path: publish in the visible readers table, then confirm the bias.
+    #[inline]
+    fn try_fast_read(&self) -> Option<&'static AtomicUsize> {
+        if !self.bias.load(Relaxed) {
+            return None;
+        }
+        let slot = slot_for(self.addr());
+        if slot.compare_exchange(0, self.addr(), SeqCst, Relaxed).is_err() {
+            return None;
+        }
+        dekker_fence();
+        if self.bias.load(SeqCst) {
+            return Some(slot);
+        }
+        slot.store(0, Release);
+        None
+    }
+
+    /// A slow reader holds the underlying lock shared: no writer is inside, so it may re-bias.
+    fn maybe_rebias(&self) {
+        if self.bias_enabled && !self.bias.load(Relaxed) && ticks() >= self.inhibit_until.load(Relaxed) {
+            self.bias.store(true, Release);
+        }
+    }
+
+    /// Acquires exclusive mode.
+    #[inline]
+    pub fn write(&self) -> RwLatchWriteGuard<'_, T> {
+        self.lock.write(self.class);
+        if self.bias.load(Relaxed) {
+            self.revoke_bias();
+        }
+        RwLatchWriteGuard { latch: self, _not_send: PhantomData }
+    }
+
+    /// Acquires exclusive mode if nobody holds the latch, without waiting (not even for fast
+    /// readers to leave, so a thread holding a read guard gets `None`, not a self-deadlock).
+    pub fn try_write(&self) -> Option<RwLatchWriteGuard<'_, T>> {
+        if !self.lock.try_write(self.class) {
+            return None;
+        }
+        if self.bias.load(Relaxed) {
+            self.bias.store(false, SeqCst);
+            dekker_fence();
+            let me = self.addr();
+            if visible_readers().iter().any(|slot| slot.load(SeqCst) == me) {
+                // Fast readers are inside: restore the bias (readers that saw it off are queued
+                // on the lock we still hold) and give up.
+                self.bias.store(true, SeqCst);
+                // SAFETY: acquired by `try_write` above.
+                unsafe { self.lock.unlock_write() };
+                return None;
+            }
+            add(self.class, Counter::Revocations, 1);
+        }
+        Some(RwLatchWriteGuard { latch: self, _not_send: PhantomData })
+    }
+
+    /// Turns the bias off and waits for every fast reader of this latch to leave.
+    #[cold]
+    fn revoke_bias(&self) {
+        let start = ticks();
+        self.bias.store(false, SeqCst);
+        dekker_fence();
+        let me = self.addr();
+        for slot in visible_readers() {
+            let mut spins = 0u32;
+            while slot.load(SeqCst) == me {
+                // Fast readers hold no parkable state, so a writer waits for them by spinning,
+                // giving up the CPU if a reader is slow to finish (it may be descheduled).
+                spins += 1;
+                if spins < 64 {
+                    spin_loop();
+                } else {
+                    yield_now();
+                }
+            }
+        }
+        let end = ticks();
+        self.inhibit_until.store(end.saturating_add(end.saturating_sub(start).saturating_mul(INHIBIT_FACTOR)), Relaxed);
+        add(self.class, Counter::Revocations, 1);
+    }
+
+    /// Mutable access without locking: `&mut self` proves no other reference exists.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.get_mut()
+    }
+
+    /// The latch's class.
+    pub fn class(&self) -> LatchClass {
+        self.class
+    }
+
+    /// Whether a writer holds or awaits the underlying lock (racy; for tests).
+    #[cfg(test)]
+    pub(crate) fn lock_is_write_locked(&self) -> bool {
+        self.lock.is_write_locked()
+    }
+
+    /// Whether readers currently take the biased path (racy; for diagnostics).
+    pub fn is_reader_biased(&self) -> bool {
+        self.bias.load(Relaxed)
+    }
+}
+
+impl<T: Default> Default for RwLatch<T> {
+    fn default() -> Self {
+        RwLatch::new(T::default())
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for RwLatch<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLatch")
+            .field("class", &self.class.name())
+            .field("reader_biased", &self.is_reader_biased())
+            .field("write_locked", &self.lock.is_write_locked())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shared access to an [`RwLatch`] until dropped.
+#[must_use = "the latch is released as soon as the guard is dropped"]
+pub struct RwLatchReadGuard<'a, T: ?Sized> {
+    latch: &'a RwLatch<T>,
+    /// The visible-readers slot this reader published in; `None` for a slow reader.
+    slot: Option<&'static AtomicUsize>,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: the guard gives only `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for RwLatchReadGuard<'_, T> {}
+
+impl<T: ?Sized> Deref for RwLatchReadGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: shared mode is held (fast or slow), so no writer has `&mut T`.
+        unsafe { &*self.latch.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for RwLatchReadGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.slot {
+            Some(slot) => slot.store(0, Release),
+            // SAFETY: a guard without a slot was made after `lock.read` succeeded.
+            None => unsafe { self.latch.lock.unlock_read() },
+        }
+    }
+}
+
+/// Exclusive access to an [`RwLatch`] until dropped.
+#[must_use = "the latch is released as soon as the guard is dropped"]
+pub struct RwLatchWriteGuard<'a, T: ?Sized> {
+    latch: &'a RwLatch<T>,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: a shared reference to the guard gives only `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for RwLatchWriteGuard<'_, T> {}
+
+impl<T: ?Sized> Deref for RwLatchWriteGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: exclusive mode is held and every fast reader has drained.
+        unsafe { &*self.latch.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for RwLatchWriteGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.latch.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for RwLatchWriteGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the guard was made after `lock.write` succeeded, and drops once.
+        unsafe { self.latch.lock.unlock_write() }
+    }
+}

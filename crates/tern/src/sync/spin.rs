@@ -1,0 +1,216 @@
+//! How a latch waits: spin policies and the per-acquisition wait state machine.
+//!
+//! Every latch's slow path is the same loop: try to acquire; if that fails, ask [`Wait::spin`]
+//! whether to spin one more round; when it says no, park until woken. The policy decides the
+//! spinning:
+//!
+//! * [`SpinPolicy::Pause`] (default): up to `spin_rounds` rounds of PAUSE instructions, doubling
+//!   per round up to `max_pauses` (exponential backoff keeps spinners off the latch's cache line),
+//!   then park. PAUSE tells the core a spin loop is running, so a hyper-thread sibling gets the
+//!   pipeline and the exit from the loop is not a memory-order mis-speculation.
+//! * [`SpinPolicy::Yield`]: call `sched_yield` in a loop and never park: the pattern that made
+//!   NoisePage's transaction begin collapse under load. Kept for A/B measurement.
+//! * [`SpinPolicy::Park`]: no spinning at all; park at once.
+//! * [`SpinPolicy::Adaptive`]: like `Pause`, but the class's spin limit follows how often a full
+//!   spin recently succeeded: limit = `spin_rounds` × P(success). P is an exponential moving
+//!   average kept per class, updated only by waits that spun the full `spin_rounds` (one in 16
+//!   contended waits always does, so P keeps being measured when the limit is low). When
+//!   spinning stops paying (oversubscribed cores, long critical sections) waiters park almost at
+//!   once; when it pays again, the limit climbs back.
+
+use super::class::{LatchClass, SPIN_SUCCESS_ONE};
+use super::counters::{add, Counter};
+use super::park;
+use super::primitive::{now_ns, spin_loop, yield_now};
+use crate::{Error, Result};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// How a latch waits for a holder to leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[repr(u8)]
+pub enum SpinPolicy {
+    /// Spin with PAUSE and exponential backoff for a bounded number of rounds, then park.
+    Pause = 0,
+    /// Spin on `sched_yield`, never park.
+    Yield = 1,
+    /// Park immediately.
+    Park = 2,
+    /// `Pause`, with the spin limit tuned from recent spin success.
+    Adaptive = 3,
+}
+
+impl SpinPolicy {
+    /// Every policy, in declaration order.
+    pub const ALL: [SpinPolicy; 4] = [SpinPolicy::Pause, SpinPolicy::Yield, SpinPolicy::Park, SpinPolicy::Adaptive];
+
+    /// The policy's lower-case name (`pause`, `yield`, `park`, `adaptive`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SpinPolicy::Pause => "pause",
+            SpinPolicy::Yield => "yield",
+            SpinPolicy::Park => "park",
+            SpinPolicy::Adaptive => "adaptive",
+        }
+    }
+
+    const fn from_u8(v: u8) -> SpinPolicy {
+        match v {
+            1 => SpinPolicy::Yield,
+            2 => SpinPolicy::Park,
+            3 => SpinPolicy::Adaptive,
+            _ => SpinPolicy::Pause,
+        }
+    }
+}
+
+impl std::str::FromStr for SpinPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<SpinPolicy> {
+        SpinPolicy::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown spin policy {s:?} (pause, yield, park, adaptive)")))
+    }
+}
+
+/// A latch class's waiting configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct SpinConfig {
+    /// The policy.
+    pub policy: SpinPolicy,
+    /// Spin rounds before parking (`Pause`; the ceiling for `Adaptive`). At most
+    /// [`SpinConfig::MAX_ROUNDS`].
+    pub spin_rounds: u8,
+    /// PAUSE instructions in the longest round; round `i` spins `min(2^i, max_pauses)`. At least 1.
+    pub max_pauses: u16,
+}
+
+impl SpinConfig {
+    /// The largest accepted `spin_rounds`.
+    pub const MAX_ROUNDS: u8 = 32;
+
+    /// The default: `Pause`, 8 rounds of 1, 2, 4, ... 32, 32, 32 PAUSEs (159 in all, a few
+    /// microseconds on current x86: about what a park and wake-up cost, the break-even point
+    /// beyond which spinning loses to sleeping). Chosen by `tern bench latch`; see docs/sync.md.
+    pub const DEFAULT: SpinConfig = SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 8, max_pauses: 32 };
+
+    /// Checks the limits documented on the fields.
+    pub fn validate(&self) -> Result<()> {
+        if self.spin_rounds > Self::MAX_ROUNDS {
+            return Err(Error::InvalidArgument(format!(
+                "spin_rounds {} exceeds {}",
+                self.spin_rounds,
+                Self::MAX_ROUNDS
+            )));
+        }
+        if self.max_pauses == 0 {
+            return Err(Error::InvalidArgument("max_pauses must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) const fn pack(self) -> u32 {
+        self.policy as u32 | (self.spin_rounds as u32) << 8 | (self.max_pauses as u32) << 16
+    }
+
+    pub(crate) const fn unpack(v: u32) -> SpinConfig {
+        SpinConfig { policy: SpinPolicy::from_u8(v as u8), spin_rounds: (v >> 8) as u8, max_pauses: (v >> 16) as u16 }
+    }
+}
+
+impl Default for SpinConfig {
+    fn default() -> Self {
+        SpinConfig::DEFAULT
+    }
+}
+
+/// One in this many contended `Adaptive` waits spins the full `spin_rounds` to keep measuring.
+const ADAPTIVE_EXPLORE_EVERY: u64 = 16;
+
+/// State of one contended acquisition: created when the fast path fails, finished with
+/// [`Wait::done`] once the latch is held. Records the class's counters and adaptive feedback.
+pub(crate) struct Wait {
+    class: LatchClass,
+    config: SpinConfig,
+    /// Rounds this wait may spin before each park.
+    limit: u32,
+    /// Rounds spun since the last park.
+    round: u32,
+    spun: u64,
+    parks: u64,
+    start_ns: u64,
+}
+
+impl Wait {
+    #[cold]
+    pub(crate) fn new(class: LatchClass) -> Wait {
+        let config = class.config();
+        let start_ns = now_ns();
+        let full = u32::from(config.spin_rounds);
+        let limit = match config.policy {
+            SpinPolicy::Pause => full,
+            SpinPolicy::Yield => u32::MAX,
+            SpinPolicy::Park => 0,
+            SpinPolicy::Adaptive if start_ns % ADAPTIVE_EXPLORE_EVERY == 0 => full,
+            SpinPolicy::Adaptive => {
+                let p = class.spin_success().load(Relaxed);
+                (full * p).div_ceil(SPIN_SUCCESS_ONE)
+            }
+        };
+        Wait { class, config, limit, round: 0, spun: 0, parks: 0, start_ns }
+    }
+
+    /// Spins one round if the policy allows another before parking; returns false when the
+    /// caller should park instead.
+    #[inline]
+    pub(crate) fn spin(&mut self) -> bool {
+        if self.round >= self.limit {
+            return false;
+        }
+        if self.config.policy == SpinPolicy::Yield {
+            yield_now();
+        } else {
+            let pauses = 1u32.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
+            for _ in 0..pauses {
+                spin_loop();
+            }
+        }
+        self.round += 1;
+        self.spun += 1;
+        true
+    }
+
+    /// Parks on `key` if `validate` still holds, counting the sleep; returns the unparker's
+    /// token, or `None` if `validate` said no. After a wake-up the waiter may spin again.
+    ///
+    /// # Safety
+    /// As [`park::park`]: `key` is owned by the calling latch; `validate` must not panic, park or
+    /// unpark.
+    pub(crate) unsafe fn park(&mut self, key: usize, validate: impl FnOnce() -> bool) -> Option<usize> {
+        // SAFETY: forwarded from this function's contract.
+        let token = unsafe { park::park(key, validate) };
+        if token.is_some() {
+            self.parks += 1;
+            self.round = 0;
+        }
+        token
+    }
+
+    /// The latch is held: record counters and adaptive feedback.
+    pub(crate) fn done(self) {
+        let c = self.class;
+        add(c, Counter::Contended, 1);
+        add(c, Counter::SpinRounds, self.spun);
+        add(c, Counter::Parks, self.parks);
+        add(c, Counter::WaitNs, now_ns().saturating_sub(self.start_ns));
+        let full = u32::from(self.config.spin_rounds);
+        if self.config.policy == SpinPolicy::Adaptive && self.limit == full {
+            let p = c.spin_success();
+            let target = if self.parks == 0 { SPIN_SUCCESS_ONE } else { 0 };
+            let old = p.load(Relaxed);
+            // EWMA with weight 1/8. Racing updates may overwrite each other: harmless for a
+            // heuristic, and cheaper than a read-modify-write on a shared line.
+            p.store(old - old / 8 + target / 8, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Unit tests of the latches on real threads. Bounded: every loop has a fixed iteration count.
+
+use super::*;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+/// A class of its own per test: tests run in parallel and classes are process-wide.
+fn class(name: &'static str, policy: SpinPolicy) -> LatchClass {
+    let class = LatchClass::register(name).unwrap();
+    class.set_policy(policy).unwrap();
+    class
+}
+
+/// Not `Sync` by itself: only a latch makes sharing it sound, so a lost exclusion shows up as
+/// a wrong total.
+struct Racy(UnsafeCell<u64>);
+// SAFETY: test-only; every access happens under a latch in exclusive mode.
+unsafe impl Sync for Racy {}
+
+#[test]
+fn mutex_basic_and_try_lock() {
+    let m = Mutex::new(5);
+    {
+        let mut g = m.lock();
+        *g += 1;
+        assert!(m.try_lock().is_none(), "try_lock must fail while held");
+        assert!(m.raw().is_locked());
+    }
+    assert_eq!(*m.try_lock().expect("free after drop"), 6);
+    assert_eq!(m.into_inner(), 6);
+    assert_eq!(std::mem::size_of::<Mutex<()>>(), 2, "a mutex is two bytes");
+}
+
+fn hammer_mutex(policy: SpinPolicy, name: &'static str) {
+    const THREADS: usize = 6;
+    const ITERS: u64 = 20_000;
+    let m = Arc::new(Mutex::with_class(0u64, class(name, policy)));
+    let before = class_stats(m.class());
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                for _ in 0..ITERS {
+                    *m.lock() += 1;
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(*m.lock(), THREADS as u64 * ITERS);
+    let d = class_stats(m.class()).since(&before);
+    assert_eq!(d.acquisitions, THREADS as u64 * ITERS + 1, "every acquisition is counted");
+    assert!(d.contended <= d.acquisitions);
+}
+
+#[test]
+fn mutex_excludes_under_pause() {
+    hammer_mutex(SpinPolicy::Pause, "test.mutex.pause");
+}
+#[test]
+fn mutex_excludes_under_yield() {
+    hammer_mutex(SpinPolicy::Yield, "test.mutex.yield");
+}
+#[test]
+fn mutex_excludes_under_park() {
+    hammer_mutex(SpinPolicy::Park, "test.mutex.park");
+}
+#[test]
+fn mutex_excludes_under_adaptive() {
+    hammer_mutex(SpinPolicy::Adaptive, "test.mutex.adaptive");
+}
+
+#[test]
+fn contended_acquisition_parks_and_is_counted() {
+    let m = Arc::new(Mutex::with_class((), class("test.mutex.counted", SpinPolicy::Park)));
+    let before = class_stats(m.class());
+    let guard = m.lock();
+    let waiter = {
+        let m = Arc::clone(&m);
+        thread::spawn(move || drop(m.lock()))
+    };
+    // Under `Park` the waiter sets the parked bit before sleeping; wait for it.
+    while !m.raw().has_parked() {
+        thread::yield_now();
+    }
+    drop(guard);
+    waiter.join().unwrap();
+    let d = class_stats(m.class()).since(&before);
+    assert_eq!(d.acquisitions, 2);
+    assert_eq!(d.contended, 1);
+    assert!(d.parks >= 1, "the waiter slept: {d:?}");
+    assert_eq!(d.spin_rounds, 0, "Park never spins");
+    assert!(d.wait_ns > 0);
+}
+
+#[test]
+fn spin_config_roundtrip_and_validation() {
+    for policy in SpinPolicy::ALL {
+        for (rounds, pauses) in [(0, 1), (8, 32), (32, u16::MAX)] {
+            let c = SpinConfig { policy, spin_rounds: rounds, max_pauses: pauses };
+            assert_eq!(SpinConfig::unpack(c.pack()), c);
+            assert!(c.validate().is_ok());
+        }
+        assert_eq!(policy.name().parse::<SpinPolicy>().unwrap(), policy);
+    }
+    assert!(SpinConfig { spin_rounds: 33, ..SpinConfig::DEFAULT }.validate().is_err());
+    assert!(SpinConfig { max_pauses: 0, ..SpinConfig::DEFAULT }.validate().is_err());
+    assert!("spinny".parse::<SpinPolicy>().is_err());
+    let c = LatchClass::register("test.config").unwrap();
+    assert!(c.set_config(SpinConfig { max_pauses: 0, ..SpinConfig::DEFAULT }).is_err());
+    assert_eq!(c.config(), SpinConfig::DEFAULT, "a rejected config changes nothing");
+}
+
+#[test]
+fn class_registration_is_idempotent() {
+    let a = LatchClass::register("test.same").unwrap();
+    let b = LatchClass::register("test.same").unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.name(), "test.same");
+    assert_eq!(LatchClass::DEFAULT.name(), "default");
+    assert!(LatchClass::all().contains(&a));
+    assert!(stats().iter().any(|s| s.class == "test.same"));
+}
+
+#[test]
+fn rwlatch_readers_share_writer_excludes() {
+    for bias in [true, false] {
+        let l = RwLatch::with_options(1, LatchClass::DEFAULT, bias);
+        let r1 = l.read();
+        let r2 = l.read();
+        assert_eq!(*r1 + *r2, 2);
+        assert!(l.try_write().is_none(), "no writer while readers hold (bias {bias})");
+        drop((r1, r2));
+        let mut w = l.write();
+        *w = 7;
+        assert!(l.try_read().is_none(), "no reader while a writer holds");
+        drop(w);
+        assert_eq!(*l.read(), 7);
+    }
+}
+
+#[test]
+fn rwlatch_bias_is_revoked_by_writers_and_restored() {
+    let c = class("test.rwlatch.bias", SpinPolicy::Pause);
+    let l = RwLatch::with_class(0u32, c);
+    let before = class_stats(c);
+    assert!(l.is_reader_biased());
+    drop(l.read());
+    drop(l.write());
+    assert!(!l.is_reader_biased(), "a writer revokes the bias");
+    assert_eq!(class_stats(c).since(&before).revocations, 1);
+    // Slow readers re-bias once the inhibit window (9x a revocation, microseconds) has passed.
+    let mut reads = 0;
+    while !l.is_reader_biased() {
+        drop(l.read());
+        reads += 1;
+        assert!(reads < 100_000_000, "the bias never came back");
+    }
+}
+
+/// Writers keep `a == b`; readers must never see them differ.
+#[derive(Default)]
+struct Pair {
+    a: u64,
+    b: u64,
+}
+
+fn rwlatch_stress(bias: bool, name: &'static str) {
+    const READERS: usize = 4;
+    const WRITES: u64 = 2_000;
+    let l = Arc::new(RwLatch::with_options(Pair::default(), class(name, SpinPolicy::Pause), bias));
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (l, done) = (Arc::clone(&l), Arc::clone(&done));
+            thread::spawn(move || {
+                let mut seen = 0;
+                while !done.load(Relaxed) {
+                    let g = l.read();
+                    assert_eq!(g.a, g.b, "torn read under shared mode");
+                    seen = g.a;
+                }
+                seen
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let l = Arc::clone(&l);
+            thread::spawn(move || {
+                for _ in 0..WRITES {
+                    let mut g = l.write();
+                    g.a += 1;
+                    thread::yield_now();
+                    g.b += 1;
+                }
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|h| h.join().unwrap());
+    done.store(true, Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() <= 2 * WRITES);
+    }
+    assert_eq!(l.read().a, 2 * WRITES);
+}
+
+#[test]
+fn rwlatch_stress_biased() {
+    rwlatch_stress(true, "test.rwlatch.stress.bias");
+}
+
+#[test]
+fn rwlatch_stress_unbiased() {
+    rwlatch_stress(false, "test.rwlatch.stress.nobias");
+}
+
+/// Readers overlap so the read count never drops to zero on its own; a writer must still get
+/// in, repeatedly. Bounded: the test ends when the writer has done its writes.
+#[test]
+fn rwlatch_writer_not_starved_by_overlapping_readers() {
+    for bias in [true, false] {
+        let l = Arc::new(RwLatch::with_options(0u64, LatchClass::DEFAULT, bias));
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (l, stop) = (Arc::clone(&l), Arc::clone(&stop));
+                thread::spawn(move || {
+                    let mut held = Some(l.read());
+                    while !stop.load(Relaxed) {
+                        // Take the next read before dropping the previous one.
+                        let next = l.read();
+                        held = Some(next);
+                    }
+                    drop(held);
+                })
+            })
+            .collect();
+        for _ in 0..200 {
+            *l.write() += 1;
+        }
+        stop.store(true, Relaxed);
+        readers.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(*l.read(), 200);
+    }
+}
+
+/// Two atomics a writer keeps equal: the shape of data a `HybridLatch` protects.
+#[derive(Default)]
+struct AtomicPair {
+    a: AtomicU64,
+    b: AtomicU64,
+}
+
+#[test]
+fn hybrid_modes_and_validation() {
+    let h = HybridLatch::new(AtomicPair::default());
+    let opt = h.optimistic();
+    assert_eq!(opt.read(|p| p.a.load(Relaxed)), Ok(0));
+    {
+        let x = h.exclusive();
+        assert!(h.try_optimistic().is_none(), "optimistic readers see the writer");
+        assert!(h.try_exclusive().is_none());
+        x.a.store(1, Relaxed);
+    }
+    assert_eq!(opt.validate(), Err(Restart), "a write in between invalidates");
+    assert!(h.version() % 2 == 0 && h.version() > opt.version());
+
+    let opt = h.optimistic();
+    let s = opt.into_shared().expect("no writer in between");
+    assert!(h.try_exclusive().is_none(), "shared excludes exclusive");
+    let opt2 = h.optimistic();
+    drop(s);
+    let x = opt2.into_exclusive().expect("shared mode does not change the version");
+    x.b.store(1, Relaxed);
+    drop(x);
+
+    let stale = h.optimistic();
+    drop(h.exclusive());
+    assert!(stale.into_exclusive().is_err());
+    let stale = h.optimistic();
+    drop(h.exclusive());
+    assert!(stale.into_shared().is_err());
+    assert!(h.try_exclusive().is_some(), "failed upgrades released what they took");
+}
+
+#[test]
+fn hybrid_optimistic_readers_never_accept_torn_state() {
+    const WRITES: u64 = 20_000;
+    let c = class("test.hybrid.stress", SpinPolicy::Pause);
+    let h = Arc::new(HybridLatch::with_class(AtomicPair::default(), c));
+    let before = class_stats(c);
+    let done = Arc::new(AtomicBool::new(false));
+    let validated = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (h, done, validated) = (Arc::clone(&h), Arc::clone(&done), Arc::clone(&validated));
+            thread::spawn(move || {
+                while !done.load(Relaxed) {
+                    let g = h.optimistic();
+                    let (a, b) = (g.data().a.load(Relaxed), g.data().b.load(Relaxed));
+                    if g.validate().is_ok() {
+                        assert_eq!(a, b, "validated a torn read");
+                        validated.fetch_add(1, Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let writer = {
+        let h = Arc::clone(&h);
+        thread::spawn(move || {
+            for i in 1..=WRITES {
+                let x = h.exclusive();
+                x.a.store(i, Relaxed);
+                x.b.store(i, Relaxed);
+            }
+        })
+    };
+    writer.join().unwrap();
+    done.store(true, Relaxed);
+    readers.into_iter().for_each(|r| r.join().unwrap());
+    let g = h.optimistic();
+    assert_eq!(g.read(|p| (p.a.load(Relaxed), p.b.load(Relaxed))), Ok((WRITES, WRITES)));
+    let d = class_stats(c).since(&before);
+    assert_eq!(d.acquisitions, WRITES, "exclusive acquisitions are counted");
+    assert!(d.optimistic >= validated.load(Relaxed) as u64);
+}
+
+#[test]
+fn mutex_barrier_handoff_many_threads() {
+    // More threads than cores, all released at once: exercises parking and fair hand-off.
+    const THREADS: usize = 16;
+    const ITERS: u64 = 2_000;
+    let m = Arc::new(Mutex::with_class(0u64, class("test.mutex.many", SpinPolicy::Pause)));
+    let racy = Arc::new(Racy(UnsafeCell::new(0)));
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (m, racy, barrier) = (Arc::clone(&m), Arc::clone(&racy), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..ITERS {
+                    let _g = m.lock();
+                    // SAFETY: the mutex is held.
+                    unsafe { *racy.0.get() += 1 };
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|h| h.join().unwrap());
+    let _g = m.lock();
+    // SAFETY: the mutex is held and every writer has joined.
+    assert_eq!(unsafe { *racy.0.get() }, THREADS as u64 * ITERS);
+}
