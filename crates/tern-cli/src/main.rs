@@ -1,1 +1,33 @@
-fn main(){}
+//! `tern`: the command-line interface and benchmark driver of the tern storage engine.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "tern", version, about = "tern: an embedded transactional key-value engine (CLI and benchmarks)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run benchmarks: with no name, a short default suite (about a minute).
+    Bench(bench::BenchCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tern: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

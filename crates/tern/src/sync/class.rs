@@ -24,11 +24,6 @@ static NAMES: StdMutex<Vec<&'static str>> = StdMutex::new(Vec::new());
 /// Each class's [`SpinConfig`], packed (see `SpinConfig::pack`).
 static CONFIGS: [AtomicU32; MAX_CLASSES] = [const { AtomicU32::new(SpinConfig::DEFAULT.pack()) }; MAX_CLASSES];
 
-/// Each class's adaptive state: recent probability, in 1/1024ths, that a full spin succeeded.
-static SPIN_SUCCESS: [AtomicU32; MAX_CLASSES] = [const { AtomicU32::new(SPIN_SUCCESS_ONE) }; MAX_CLASSES];
-
-/// Fixed-point 1.0 for [`SPIN_SUCCESS`].
-pub(crate) const SPIN_SUCCESS_ONE: u32 = 1024;
 
 impl LatchClass {
     /// The class of latches created without one.
@@ -69,9 +64,6 @@ impl LatchClass {
     pub fn set_config(self, config: SpinConfig) -> Result<()> {
         config.validate()?;
         CONFIGS[self.index()].store(config.pack(), Relaxed);
-        if config.policy == SpinPolicy::Adaptive {
-            SPIN_SUCCESS[self.index()].store(SPIN_SUCCESS_ONE, Relaxed);
-        }
         Ok(())
     }
 
@@ -84,11 +76,6 @@ impl LatchClass {
     #[inline(always)]
     pub(crate) fn index(self) -> usize {
         self.0 as usize % MAX_CLASSES
-    }
-
-    /// The adaptive policy's recent spin success ratio for this class (in 1/1024ths).
-    pub(crate) fn spin_success(self) -> &'static AtomicU32 {
-        &SPIN_SUCCESS[self.index()]
     }
 }
 

@@ -28,8 +28,8 @@ pub(crate) enum Counter {
     SpinRounds,
     /// Times a waiter went to sleep.
     Parks,
-    /// Nanoseconds spent waiting in contended acquisitions.
-    WaitNs,
+    /// Time spent waiting in contended acquisitions, in [`ticks`](super::primitive::ticks).
+    WaitTicks,
     /// `RwLatch` reader-bias revocations by writers.
     Revocations,
     /// Optimistic reads that failed validation (the reader must restart).
@@ -96,18 +96,42 @@ fn adopt_block(cell: &Cell<Option<&'static Block>>) -> &'static Block {
     block
 }
 
-/// Adds `n` to this thread's `counter` of `class`.
+/// Runs `f` on this thread's counters of `class` (skipped during thread teardown, when the
+/// thread-local is gone).
 #[inline(always)]
-pub(crate) fn add(class: LatchClass, counter: Counter, n: u64) {
-    // `try_with` fails only during thread teardown; counting is then skipped.
+fn with_counters(class: LatchClass, f: impl FnOnce(&ClassCounters)) {
     let _ = BLOCK.try_with(|cell| {
         let block = match cell.get() {
             Some(block) => block,
             None => adopt_block(cell),
         };
-        let slot = &block.0[class.index()].0[counter as usize];
-        // Only this thread writes this slot: load+store cannot lose an update.
+        f(&block.0[class.index()]);
+    });
+}
+
+impl ClassCounters {
+    #[inline(always)]
+    fn bump(&self, counter: Counter, n: u64) {
+        let slot = &self.0[counter as usize];
+        // Only the owning thread writes a slot: load+store cannot lose an update.
         slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+}
+
+/// Adds `n` to this thread's `counter` of `class`.
+#[inline(always)]
+pub(crate) fn add(class: LatchClass, counter: Counter, n: u64) {
+    with_counters(class, |c| c.bump(counter, n));
+}
+
+/// Records one contended acquisition: spin rounds, parks and ticks waited.
+#[inline]
+pub(crate) fn add_wait(class: LatchClass, spin_rounds: u64, parks: u64, wait_ticks: u64) {
+    with_counters(class, |c| {
+        c.bump(Counter::Contended, 1);
+        c.bump(Counter::SpinRounds, spin_rounds);
+        c.bump(Counter::Parks, parks);
+        c.bump(Counter::WaitTicks, wait_ticks);
     });
 }
 
@@ -159,7 +183,7 @@ impl LatchStats {
             contended: t[Counter::Contended as usize],
             spin_rounds: t[Counter::SpinRounds as usize],
             parks: t[Counter::Parks as usize],
-            wait_ns: t[Counter::WaitNs as usize],
+            wait_ns: super::primitive::ticks_to_ns(t[Counter::WaitTicks as usize]),
             revocations: t[Counter::Revocations as usize],
             restarts: t[Counter::Restarts as usize],
         }

@@ -68,12 +68,12 @@ fn mutex_adaptive() {
     mutex_excludes(SpinPolicy::Adaptive, "loom.mutex.adaptive");
 }
 
-/// Three contenders under `Park`: wake-ups chain through the queue with none lost (a lost one
-/// would leave a thread asleep forever, which loom reports as a deadlock).
-#[test]
-fn mutex_no_lost_wakeup_three_threads() {
-    loom::model(|| {
-        let m = Arc::new(Mutex::with_class(0u32, class("loom.mutex.three", SpinPolicy::Park)));
+/// Three contenders: wake-ups chain through the queue with none lost (a lost one would leave a
+/// thread asleep forever, which loom reports as a deadlock). Under `Park` every waiter sleeps;
+/// under `Pause` a spinner can claim `AWAKE` while another sleeps, so unlockers skip wake-ups.
+fn mutex_no_lost_wakeup_three_threads(policy: SpinPolicy, name: &'static str) {
+    loom::model(move || {
+        let m = Arc::new(Mutex::with_class(0u32, class(name, policy)));
         let ts: Vec<_> = (0..2)
             .map(|_| {
                 let m = Arc::clone(&m);
@@ -84,6 +84,16 @@ fn mutex_no_lost_wakeup_three_threads() {
         ts.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(*m.lock(), 3);
     });
+}
+
+#[test]
+fn mutex_three_threads_park() {
+    mutex_no_lost_wakeup_three_threads(SpinPolicy::Park, "loom.mutex.three.park");
+}
+
+#[test]
+fn mutex_three_threads_pause() {
+    mutex_no_lost_wakeup_three_threads(SpinPolicy::Pause, "loom.mutex.three.pause");
 }
 
 fn rwlatch_excludes(bias: bool, policy: SpinPolicy, name: &'static str) {

@@ -1,15 +1,25 @@
 //! `Mutex<T>`: an exclusive latch in two bytes (state + class id).
 //!
-//! State bits: `LOCKED` (held) and `PARKED` (some thread sleeps in the parking table under this
-//! latch's address). Lock is one compare-and-swap when free; unlock is one compare-and-swap when
-//! nobody sleeps. Otherwise the slow paths below run the protocol that never loses a wakeup:
+//! State bits: `LOCKED` (held), `PARKED` (some thread sleeps, or is about to, in the parking
+//! table under this latch's address) and `AWAKE` (a waiter is awake and will retry before it
+//! sleeps). Lock is one compare-and-swap when free; unlock is one compare-and-swap when nobody
+//! waits. Otherwise the slow paths below run this protocol:
 //!
-//! * a waiter sets `PARKED` and parks only if, under the parking queue's lock, the state is still
-//!   `LOCKED | PARKED`;
-//! * the unlocker, holding the same queue lock, wakes one waiter and rewrites the state: `PARKED`
-//!   stays set exactly when more sleepers remain.
+//! * A waiter sets `PARKED` and parks only if, under the parking queue's lock, the latch is
+//!   still `LOCKED` and `PARKED`. An unlocker that sees `PARKED` (and not `AWAKE`) wakes one
+//!   sleeper under the same queue lock and rewrites the state: `PARKED` stays set exactly when
+//!   more sleepers remain. So no wakeup is lost.
+//! * `AWAKE` saves the unlocker the wake-up (a futex syscall) when a waiter is awake anyway: a
+//!   spinning waiter claims it when sleepers exist, and an unlocker sets it for the thread it
+//!   wakes. Whoever believes it owns `AWAKE` clears it when it acquires the latch or before it
+//!   parks, in the same atomic step; an unlocker that skipped the wake-up because of `AWAKE`
+//!   only cleared `LOCKED`, so the awake owner sees the latch free on its next look. Hence:
+//!   `AWAKE` set implies a waiter that will look at the latch again before it sleeps (the idea
+//!   of the `mutexWoken` bit of Go's `sync.Mutex`).
+//! * With sleepers queued, only the `AWAKE` owner spins; other newcomers park at once. Spinning
+//!   beside a queue would only steal the owner's cache line and the sleepers' turn.
 //!
-//! Waiters that spin may overtake sleepers ("barging"): it keeps the latch busy while a woken
+//! Spinning waiters may overtake sleepers ("barging"): it keeps the latch busy while a woken
 //! thread is still being scheduled. To bound unfairness, about every 0.5 ms per latch the
 //! unlocker hands the latch directly to the oldest sleeper instead (eventual fairness, as
 //! `parking_lot`). There is no poisoning: a panic while holding the latch just unlocks it.
@@ -27,6 +37,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 const LOCKED: u8 = 1;
 const PARKED: u8 = 2;
+const AWAKE: u8 = 4;
 
 /// The lock word of [`Mutex`], usable on its own to protect data kept elsewhere.
 pub struct RawMutex {
@@ -95,31 +106,47 @@ impl RawMutex {
     #[cold]
     fn lock_slow(&self) {
         let mut wait = Wait::new(self.class);
+        // Whether this thread believes it owns AWAKE (claimed it, or was woken with it).
+        let mut awake = false;
         let mut s = self.state.load(Relaxed);
         loop {
             if s & LOCKED == 0 {
-                match self.state.compare_exchange_weak(s, s | LOCKED, Acquire, Relaxed) {
+                let new = if awake { (s | LOCKED) & !AWAKE } else { s | LOCKED };
+                match self.state.compare_exchange_weak(s, new, Acquire, Relaxed) {
                     Ok(_) => break,
                     Err(now) => s = now,
                 }
                 continue;
             }
-            if wait.spin() {
+            if !awake && s & (PARKED | AWAKE) == PARKED && wait.would_spin() {
+                match self.state.compare_exchange_weak(s, s | AWAKE, Relaxed, Relaxed) {
+                    Ok(_) => awake = true,
+                    Err(now) => s = now,
+                }
+                continue;
+            }
+            if (awake || s & PARKED == 0) && wait.spin() {
                 s = self.state.load(Relaxed);
                 continue;
             }
-            if s & PARKED == 0 {
-                if let Err(now) = self.state.compare_exchange_weak(s, s | PARKED, Relaxed, Relaxed) {
+            // Going to sleep: set PARKED and give up AWAKE in one step, seeing LOCKED still set.
+            let new = (s | PARKED) & if awake { !AWAKE } else { !0 };
+            if new != s {
+                if let Err(now) = self.state.compare_exchange_weak(s, new, Relaxed, Relaxed) {
                     s = now;
                     continue;
                 }
             }
+            awake = false;
+            let validate = || self.state.load(Relaxed) & (LOCKED | PARKED) == LOCKED | PARKED;
             // SAFETY: the key is this latch's own address; `validate` only loads an atomic.
-            let token = unsafe { wait.park(self.key(), || self.state.load(Relaxed) == LOCKED | PARKED) };
-            if token == Some(TOKEN_HANDOFF) {
+            match unsafe { wait.park(self.key(), validate) } {
                 // The unlocker left LOCKED set for us; the parking queue's lock ordered its
                 // critical section before our wake-up.
-                break;
+                Some(TOKEN_HANDOFF) => break,
+                // Woken by an unlocker, which set AWAKE on our behalf.
+                Some(_) => awake = true,
+                None => {}
             }
             s = self.state.load(Relaxed);
         }
@@ -128,17 +155,38 @@ impl RawMutex {
 
     #[cold]
     fn unlock_slow(&self) {
+        // Nobody to wake, or a waiter is awake and will see the latch free: just release.
+        let mut s = self.state.load(Relaxed);
+        while s & PARKED == 0 || s & AWAKE != 0 {
+            match self.state.compare_exchange_weak(s, s & !LOCKED, Release, Relaxed) {
+                Ok(_) => return,
+                Err(now) => s = now,
+            }
+        }
         let callback = |r: park::Unparked| {
             if r.unparked && r.be_fair {
                 if !r.have_more {
-                    self.state.store(LOCKED, Relaxed);
+                    self.state.fetch_and(!PARKED, Relaxed);
                 }
                 return TOKEN_HANDOFF;
             }
-            self.state.store(if r.have_more { PARKED } else { 0 }, Release);
-            TOKEN_RETRY
+            // Waiters may set AWAKE concurrently (outside the queue lock): update, don't store.
+            let mut s = self.state.load(Relaxed);
+            loop {
+                let mut new = s & !(LOCKED | PARKED);
+                if r.have_more {
+                    new |= PARKED;
+                }
+                if r.unparked {
+                    new |= AWAKE;
+                }
+                match self.state.compare_exchange_weak(s, new, Release, Relaxed) {
+                    Ok(_) => return TOKEN_RETRY,
+                    Err(now) => s = now,
+                }
+            }
         };
-        // SAFETY: the key is this latch's own address; the callback only stores an atomic.
+        // SAFETY: the key is this latch's own address; the callback only updates an atomic.
         unsafe { park::unpark_one(self.key(), callback) };
     }
 }

@@ -13,17 +13,17 @@
 //! * [`SpinPolicy::Park`]: no spinning at all; park at once.
 //! * [`SpinPolicy::Adaptive`]: like `Pause`, but the class's spin limit follows how often a full
 //!   spin recently succeeded: limit = `spin_rounds` × P(success). P is an exponential moving
-//!   average kept per class, updated only by waits that spun the full `spin_rounds` (one in 16
-//!   contended waits always does, so P keeps being measured when the limit is low). When
+//!   average kept per thread and class, updated only by waits that spun the full `spin_rounds`
+//!   (one in 16 contended waits always does, so P keeps being measured when the limit is low). When
 //!   spinning stops paying (oversubscribed cores, long critical sections) waiters park almost at
 //!   once; when it pays again, the limit climbs back.
 
-use super::class::{LatchClass, SPIN_SUCCESS_ONE};
-use super::counters::{add, Counter};
+use super::class::{LatchClass, MAX_CLASSES};
+use super::counters::add_wait;
 use super::park;
-use super::primitive::{now_ns, spin_loop, yield_now};
+use super::primitive::{anchor_ticks, spin_loop, ticks, yield_now};
+use std::cell::Cell;
 use crate::{Error, Result};
-use std::sync::atomic::Ordering::Relaxed;
 
 /// How a latch waits for a holder to leave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -127,8 +127,22 @@ impl Default for SpinConfig {
 /// One in this many contended `Adaptive` waits spins the full `spin_rounds` to keep measuring.
 const ADAPTIVE_EXPLORE_EVERY: u64 = 16;
 
+/// Fixed-point 1.0 for the adaptive success ratio.
+const SUCCESS_ONE: u32 = 1024;
+
+std::thread_local! {
+    /// Per class, this thread's recent probability (in 1/1024ths) that a full spin succeeded.
+    /// Thread-local so that tuning writes no shared cache line: each thread learns from its
+    /// own waits, which also sees the contention it actually meets.
+    static SPIN_SUCCESS: [Cell<u16>; MAX_CLASSES] = const { [const { Cell::new(SUCCESS_ONE as u16) }; MAX_CLASSES] };
+}
+
 /// State of one contended acquisition: created when the fast path fails, finished with
-/// [`Wait::done`] once the latch is held. Records the class's counters and adaptive feedback.
+/// [`Wait::done`] once the latch is held.
+///
+/// `done` runs inside the critical section the caller just entered, so it must stay tiny:
+/// thread-local counter stores only. The clock is read while waiting (at the start, after each
+/// spin round and each wake-up), never between acquiring the latch and returning.
 pub(crate) struct Wait {
     class: LatchClass,
     config: SpinConfig,
@@ -138,26 +152,35 @@ pub(crate) struct Wait {
     round: u32,
     spun: u64,
     parks: u64,
-    start_ns: u64,
+    start: u64,
+    /// Ticks when this waiter last stopped waiting (spinning or sleeping) to try again.
+    last: u64,
 }
 
 impl Wait {
     #[cold]
     pub(crate) fn new(class: LatchClass) -> Wait {
+        anchor_ticks();
         let config = class.config();
-        let start_ns = now_ns();
+        let start = ticks();
         let full = u32::from(config.spin_rounds);
         let limit = match config.policy {
             SpinPolicy::Pause => full,
             SpinPolicy::Yield => u32::MAX,
             SpinPolicy::Park => 0,
-            SpinPolicy::Adaptive if start_ns % ADAPTIVE_EXPLORE_EVERY == 0 => full,
+            SpinPolicy::Adaptive if start % ADAPTIVE_EXPLORE_EVERY == 0 => full,
             SpinPolicy::Adaptive => {
-                let p = class.spin_success().load(Relaxed);
-                (full * p).div_ceil(SPIN_SUCCESS_ONE)
+                let p = SPIN_SUCCESS.with(|s| u32::from(s[class.index()].get()));
+                (full * p).div_ceil(SUCCESS_ONE)
             }
         };
-        Wait { class, config, limit, round: 0, spun: 0, parks: 0, start_ns }
+        Wait { class, config, limit, round: 0, spun: 0, parks: 0, start, last: start }
+    }
+
+    /// Whether the policy would spin another round now (without spinning).
+    #[inline]
+    pub(crate) fn would_spin(&self) -> bool {
+        self.round < self.limit
     }
 
     /// Spins one round if the policy allows another before parking; returns false when the
@@ -177,6 +200,7 @@ impl Wait {
         }
         self.round += 1;
         self.spun += 1;
+        self.last = ticks();
         true
     }
 
@@ -192,25 +216,23 @@ impl Wait {
         if token.is_some() {
             self.parks += 1;
             self.round = 0;
+            self.last = ticks();
         }
         token
     }
 
-    /// The latch is held: record counters and adaptive feedback.
+    /// The latch is held: record counters and adaptive feedback (thread-local stores only).
+    #[inline]
     pub(crate) fn done(self) {
-        let c = self.class;
-        add(c, Counter::Contended, 1);
-        add(c, Counter::SpinRounds, self.spun);
-        add(c, Counter::Parks, self.parks);
-        add(c, Counter::WaitNs, now_ns().saturating_sub(self.start_ns));
-        let full = u32::from(self.config.spin_rounds);
-        if self.config.policy == SpinPolicy::Adaptive && self.limit == full {
-            let p = c.spin_success();
-            let target = if self.parks == 0 { SPIN_SUCCESS_ONE } else { 0 };
-            let old = p.load(Relaxed);
-            // EWMA with weight 1/8. Racing updates may overwrite each other: harmless for a
-            // heuristic, and cheaper than a read-modify-write on a shared line.
-            p.store(old - old / 8 + target / 8, Relaxed);
+        add_wait(self.class, self.spun, self.parks, self.last.saturating_sub(self.start));
+        if self.config.policy == SpinPolicy::Adaptive && self.limit == u32::from(self.config.spin_rounds) {
+            let target = if self.parks == 0 { SUCCESS_ONE } else { 0 };
+            let _ = SPIN_SUCCESS.try_with(|s| {
+                let p = &s[self.class.index()];
+                let old = u32::from(p.get());
+                // Exponentially weighted moving average, weight 1/8.
+                p.set((old - old / 8 + target / 8) as u16);
+            });
         }
     }
 }

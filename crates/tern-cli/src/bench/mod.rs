@@ -1,0 +1,100 @@
+//! `tern bench`: the benchmark driver.
+//!
+//! Every benchmark measures named variants side by side, interleaved in one process
+//! ([`runner`]), and prints a table and, with `--json`, JSON Lines ([`report`]). Options common
+//! to all benchmarks are in [`Common`].
+
+pub mod harness;
+pub mod latch;
+pub mod report;
+pub mod runner;
+pub mod work;
+
+use clap::{Args, Subcommand};
+use std::time::Duration;
+
+/// Options every benchmark takes.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// Seconds per measured point (one variant, one round).
+    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
+    pub duration: f64,
+    /// Thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_name = "N,N,...")]
+    pub threads: Vec<usize>,
+    /// Rounds per point: variants run interleaved once per round; medians are reported.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+    /// Print one JSON object per result on stdout (JSON Lines); the table goes to stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Common {
+    /// Rejects values that would make a run meaningless.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
+            return Err(format!("--duration must be in (0, 3600] seconds, got {}", self.duration));
+        }
+        if self.threads.is_empty() || self.threads.iter().any(|&t| t == 0 || t > 1024) {
+            return Err(format!("--threads must list counts in 1..=1024, got {:?}", self.threads));
+        }
+        if self.rounds == 0 || self.rounds > 1000 {
+            return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
+        }
+        Ok(())
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.duration)
+    }
+}
+
+/// `tern bench [NAME]`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCmd {
+    #[command(subcommand)]
+    pub which: Option<Which>,
+    /// Print JSON Lines on stdout (default suite).
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds per measured point (default suite).
+    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
+    pub duration: f64,
+    /// Rounds per point (default suite).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum Which {
+    Latch(latch::LatchArgs),
+}
+
+/// Runs the named benchmark, or the default suite.
+pub fn run(cmd: BenchCmd) -> Result<(), String> {
+    harness::install_ctrlc();
+    match cmd.which {
+        Some(Which::Latch(args)) => latch::run(&args),
+        None => default_suite(cmd.json, cmd.duration, cmd.rounds),
+    }?;
+    if harness::interrupted() {
+        return Err("interrupted; the results above are what was measured before the stop".into());
+    }
+    Ok(())
+}
+
+/// About a minute: the latch comparisons at 1, 2 and 8 threads.
+fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
+    let common = Common { duration, threads: vec![1, 2, 8], rounds, json };
+    common.validate()?;
+    if !json {
+        println!(
+            "tern default benchmark suite: latches at 1, 2 and 8 threads, {duration} s per point, {rounds} rounds \
+             (`tern bench latch --help` for the full benchmark)"
+        );
+    }
+    latch::run(&latch::LatchArgs::suite(common))
+}

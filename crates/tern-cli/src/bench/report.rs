@@ -1,0 +1,152 @@
+//! Benchmark results: one [`Record`] per (point, variant), printed as a table for people and,
+//! with `--json`, as JSON Lines for tools (one object per line on stdout; the table then goes
+//! to stderr so stdout stays machine-readable).
+
+use super::runner::plain;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::io::Write;
+
+/// One result line.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    pub bench: &'static str,
+    pub variant: String,
+    pub threads: usize,
+    /// Point parameters (mode, sizes, ...), flattened into the JSON object.
+    #[serde(flatten)]
+    pub params: Map<String, Value>,
+    /// Operations in the median round.
+    pub ops: u64,
+    /// Seconds of the median round.
+    pub secs: f64,
+    /// Median over rounds.
+    pub ops_per_sec: f64,
+    pub min_ops_per_sec: f64,
+    pub max_ops_per_sec: f64,
+    pub rounds: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p999_ns: Option<u64>,
+    /// The variant `vs_baseline` compares with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// Median of per-round throughput ratios to the baseline (interleaved runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_baseline: Option<f64>,
+    /// Throughput over the same variant's at one thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_1_thread: Option<f64>,
+    /// Benchmark-specific figures (fairness, counters).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Prints records as JSON Lines on stdout, the table on stderr; or only the table on stdout.
+pub fn emit(records: &[Record], json: bool, title: &str, notes: &[String]) {
+    let table = render_table(records, title, notes);
+    if json {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        for r in records {
+            // Writing to a closed pipe ends the output; nothing else to do.
+            let _ = writeln!(out, "{}", serde_json::to_string(r).expect("records serialize"));
+        }
+        eprint!("{table}");
+    } else {
+        print!("{table}");
+    }
+}
+
+/// A rate with an SI suffix: 12.3M, 870k.
+pub fn si(x: f64) -> String {
+    match x {
+        x if x >= 1e9 => format!("{:.2}G", x / 1e9),
+        x if x >= 1e6 => format!("{:.2}M", x / 1e6),
+        x if x >= 1e3 => format!("{:.1}k", x / 1e3),
+        x => format!("{x:.0}"),
+    }
+}
+
+/// Nanoseconds, human-sized.
+pub fn ns(x: u64) -> String {
+    match x {
+        x if x >= 1_000_000 => format!("{:.1}ms", x as f64 / 1e6),
+        x if x >= 10_000 => format!("{:.0}us", x as f64 / 1e3),
+        x if x >= 1_000 => format!("{:.1}us", x as f64 / 1e3),
+        x => format!("{x}ns"),
+    }
+}
+
+fn render_table(records: &[Record], title: &str, notes: &[String]) -> String {
+    let mut param_keys: Vec<String> = Vec::new();
+    for r in records {
+        for k in r.params.keys() {
+            if !param_keys.contains(k) {
+                param_keys.push(k.clone());
+            }
+        }
+    }
+    let has_latency = records.iter().any(|r| r.p50_ns.is_some());
+    let mut header: Vec<String> = param_keys.clone();
+    header.extend(["threads", "variant", "ops/s", "min..max", "fairness"].map(String::from));
+    if has_latency {
+        header.extend(["p50", "p99", "p99.9"].map(String::from));
+    }
+    header.extend(["vs base", "vs 1T"].map(String::from));
+    let mut rows = vec![header];
+    let mut previous_params: Option<&Map<String, Value>> = None;
+    for r in records {
+        // Parameters are printed once per group of rows that share them.
+        let same_group = previous_params == Some(&r.params);
+        let mut row: Vec<String> = param_keys
+            .iter()
+            .map(|k| match r.params.get(k) {
+                _ if same_group => String::new(),
+                Some(v) => plain(v),
+                None => "-".into(),
+            })
+            .collect();
+        previous_params = Some(&r.params);
+        let fairness = r.extra.get("fairness").and_then(Value::as_f64).unwrap_or(0.0);
+        row.extend([
+            r.threads.to_string(),
+            r.variant.clone(),
+            si(r.ops_per_sec),
+            format!("{}..{}", si(r.min_ops_per_sec), si(r.max_ops_per_sec)),
+            format!("{fairness:.2}"),
+        ]);
+        if has_latency {
+            for p in [r.p50_ns, r.p99_ns, r.p999_ns] {
+                row.push(p.map(ns).unwrap_or_else(|| "-".into()));
+            }
+        }
+        let base = match (&r.baseline, r.vs_baseline) {
+            (Some(b), Some(x)) => format!("{x:.2}x {b}"),
+            _ => String::new(),
+        };
+        row.push(base);
+        row.push(r.vs_1_thread.map(|x| format!("{x:.2}x")).unwrap_or_default());
+        rows.push(row);
+    }
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = format!("\n{title}\n");
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+            out.push('\n');
+        }
+    }
+    for note in notes {
+        out.push_str(note);
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! Interleaved A/B measurement: every variant of a case runs once per round, in an order that
+//! rotates each round (A B C, B C A, C A B, ...), so drift on a shared, noisy machine hits all
+//! variants alike. A case's result per variant is its median round; its ratio to the baseline
+//! variant is the median of the per-round ratios (each from two runs seconds apart).
+
+use super::harness::{interrupted, Sample};
+use super::report::Record;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Map, Value};
+
+/// Produces one sample of a variant; `None` if interrupted.
+pub type RunFn<'a> = Box<dyn Fn() -> Option<Sample> + 'a>;
+
+/// One point of a benchmark: fixed parameters and thread count, several variants to compare.
+pub struct Case<'a> {
+    /// Parameters that identify the point besides the thread count (mode, sizes, ...), in the
+    /// order the report shows them.
+    pub params: Vec<(&'static str, Value)>,
+    pub threads: usize,
+    pub variants: Vec<(String, RunFn<'a>)>,
+    /// The variant the others are compared with, if any.
+    pub baseline: Option<String>,
+}
+
+/// Runs every case for `rounds` rounds and returns one record per (case, variant) that
+/// completed at least one round. Stops early (keeping what was measured) on Ctrl-C.
+pub fn run(bench: &'static str, cases: &[Case<'_>], rounds: usize) -> Vec<Record> {
+    let total: usize = cases.iter().map(|c| c.variants.len() * rounds).sum();
+    let progress = ProgressBar::new(total as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let mut records = Vec::new();
+    for case in cases {
+        let mut samples: Vec<Vec<Sample>> = case.variants.iter().map(|_| Vec::new()).collect();
+        'rounds: for round in 0..rounds {
+            for k in 0..case.variants.len() {
+                let v = (k + round) % case.variants.len();
+                let (name, run) = &case.variants[v];
+                progress.set_message(format!("{bench} {} threads={} {name}", describe(&case.params), case.threads));
+                match run() {
+                    Some(sample) => samples[v].push(sample),
+                    None => break 'rounds,
+                }
+                progress.inc(1);
+            }
+        }
+        records.extend(summarise(bench, case, samples));
+        if interrupted() {
+            break;
+        }
+    }
+    progress.finish_and_clear();
+    add_thread_scaling(&mut records);
+    records
+}
+
+fn describe(params: &[(&'static str, Value)]) -> String {
+    params.iter().map(|(k, v)| format!("{k}={}", plain(v))).collect::<Vec<_>>().join(" ")
+}
+
+/// A JSON value as a person would write it (strings unquoted).
+pub fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(xs[n / 2]),
+        _ => Some((xs[n / 2 - 1] + xs[n / 2]) / 2.0),
+    }
+}
+
+fn summarise(bench: &'static str, case: &Case<'_>, samples: Vec<Vec<Sample>>) -> Vec<Record> {
+    let baseline = case.baseline.as_ref().and_then(|b| case.variants.iter().position(|(n, _)| n == b));
+    let mut out = Vec::new();
+    for (v, runs) in samples.iter().enumerate() {
+        if runs.is_empty() {
+            continue;
+        }
+        let rates: Vec<f64> = runs.iter().map(Sample::ops_per_sec).collect();
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by(|&a, &b| rates[a].total_cmp(&rates[b]));
+        let mid = &runs[order[order.len() / 2]];
+        let vs_baseline = baseline.filter(|&b| b != v).and_then(|b| {
+            let paired = runs.iter().zip(&samples[b]).map(|(a, base)| a.ops_per_sec() / base.ops_per_sec());
+            median(paired.collect())
+        });
+        let mut latency = None;
+        for h in runs.iter().filter_map(|r| r.latency.as_ref()) {
+            latency.get_or_insert_with(super::harness::new_histogram).add(h).expect("same bounds");
+        }
+        let mut extra = mid.extra.clone();
+        extra.insert("fairness".into(), round3(median(runs.iter().map(Sample::fairness).collect()).unwrap_or(0.0)));
+        out.push(Record {
+            bench,
+            variant: case.variants[v].0.clone(),
+            threads: case.threads,
+            params: case.params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Map<_, _>>(),
+            ops: mid.ops(),
+            secs: mid.secs,
+            ops_per_sec: median(rates.clone()).unwrap_or(0.0),
+            min_ops_per_sec: rates.iter().copied().fold(f64::INFINITY, f64::min),
+            max_ops_per_sec: rates.iter().copied().fold(0.0, f64::max),
+            rounds: runs.len(),
+            p50_ns: latency.as_ref().map(|h| h.value_at_quantile(0.50)),
+            p99_ns: latency.as_ref().map(|h| h.value_at_quantile(0.99)),
+            p999_ns: latency.as_ref().map(|h| h.value_at_quantile(0.999)),
+            baseline: vs_baseline.and(case.baseline.clone()),
+            vs_baseline: vs_baseline.map(|r| (r * 1000.0).round() / 1000.0),
+            vs_1_thread: None,
+            extra,
+        });
+    }
+    out
+}
+
+/// Rounds a figure to three decimals for output.
+pub fn round3(x: f64) -> Value {
+    serde_json::json!((x * 1000.0).round() / 1000.0)
+}
+
+/// Each record's throughput over the same variant's at one thread (same parameters).
+fn add_thread_scaling(records: &mut [Record]) {
+    let singles: Vec<(Map<String, Value>, String, f64)> = records
+        .iter()
+        .filter(|r| r.threads == 1)
+        .map(|r| (r.params.clone(), r.variant.clone(), r.ops_per_sec))
+        .collect();
+    for r in records.iter_mut() {
+        if let Some((_, _, one)) = singles.iter().find(|(p, v, _)| *p == r.params && *v == r.variant) {
+            r.vs_1_thread = Some((r.ops_per_sec / one * 1000.0).round() / 1000.0);
+        }
+    }
+}
