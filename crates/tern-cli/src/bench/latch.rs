@@ -62,6 +62,9 @@ pub struct LatchArgs {
     /// Spin rounds before parking for tern's latches (default: tern's default).
     #[arg(long, value_name = "N")]
     pub spin_rounds: Option<u8>,
+    /// PAUSE instructions in tern's first spin round (default: tern's default).
+    #[arg(long, value_name = "N")]
+    pub first_pauses: Option<u16>,
     /// PAUSE instructions in tern's longest spin round (default: tern's default).
     #[arg(long, value_name = "N")]
     pub max_pauses: Option<u16>,
@@ -81,6 +84,7 @@ impl LatchArgs {
             write_pct: vec![0.0, 1.0],
             variants: None,
             spin_rounds: None,
+            first_pauses: None,
             max_pauses: None,
             sample_every: 256,
         }
@@ -106,6 +110,7 @@ impl LatchArgs {
         SpinConfig {
             policy,
             spin_rounds: self.spin_rounds.unwrap_or(d.spin_rounds),
+            first_pauses: self.first_pauses.unwrap_or(d.first_pauses),
             max_pauses: self.max_pauses.unwrap_or(d.max_pauses),
         }
     }

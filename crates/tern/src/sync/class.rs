@@ -8,7 +8,7 @@
 
 use super::spin::{SpinConfig, SpinPolicy};
 use crate::{Error, Result};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex as StdMutex;
 
 /// How many classes the table holds, `default` included.
@@ -22,7 +22,7 @@ pub struct LatchClass(u8);
 static NAMES: StdMutex<Vec<&'static str>> = StdMutex::new(Vec::new());
 
 /// Each class's [`SpinConfig`], packed (see `SpinConfig::pack`).
-static CONFIGS: [AtomicU32; MAX_CLASSES] = [const { AtomicU32::new(SpinConfig::DEFAULT.pack()) }; MAX_CLASSES];
+static CONFIGS: [AtomicU64; MAX_CLASSES] = [const { AtomicU64::new(SpinConfig::DEFAULT.pack()) }; MAX_CLASSES];
 
 
 impl LatchClass {

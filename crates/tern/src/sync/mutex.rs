@@ -60,8 +60,11 @@ impl RawMutex {
     #[inline]
     pub fn lock(&self) {
         add(self.class, Counter::Acquisitions, 1);
-        if self.state.compare_exchange_weak(0, LOCKED, Acquire, Relaxed).is_err() {
-            self.lock_slow();
+        if let Err(s) = self.state.compare_exchange_weak(0, LOCKED, Acquire, Relaxed) {
+            // Free but with waiter bits set (a woken thread is on its way): take it anyway.
+            if s & LOCKED != 0 || self.state.compare_exchange_weak(s, s | LOCKED, Acquire, Relaxed).is_err() {
+                self.lock_slow();
+            }
         }
     }
 

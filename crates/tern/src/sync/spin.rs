@@ -4,9 +4,9 @@
 //! whether to spin one more round; when it says no, park until woken. The policy decides the
 //! spinning:
 //!
-//! * [`SpinPolicy::Pause`] (default): up to `spin_rounds` rounds of PAUSE instructions, doubling
-//!   per round up to `max_pauses` (exponential backoff keeps spinners off the latch's cache line),
-//!   then park. PAUSE tells the core a spin loop is running, so a hyper-thread sibling gets the
+//! * [`SpinPolicy::Pause`] (default): up to `spin_rounds` rounds of PAUSE instructions, starting
+//!   at `first_pauses` and doubling per round up to `max_pauses` (exponential backoff keeps
+//!   spinners off the latch's cache line), then park. PAUSE tells the core a spin loop is running, so a hyper-thread sibling gets the
 //!   pipeline and the exit from the loop is not a memory-order mis-speculation.
 //! * [`SpinPolicy::Yield`]: call `sched_yield` in a loop and never park: the pattern that made
 //!   NoisePage's transaction begin collapse under load. Kept for A/B measurement.
@@ -81,7 +81,10 @@ pub struct SpinConfig {
     /// Spin rounds before parking (`Pause`; the ceiling for `Adaptive`). At most
     /// [`SpinConfig::MAX_ROUNDS`].
     pub spin_rounds: u8,
-    /// PAUSE instructions in the longest round; round `i` spins `min(2^i, max_pauses)`. At least 1.
+    /// PAUSE instructions in the first round; each round doubles it, up to `max_pauses`. At
+    /// least 1.
+    pub first_pauses: u16,
+    /// PAUSE instructions in the longest round. At least `first_pauses`.
     pub max_pauses: u16,
 }
 
@@ -89,10 +92,13 @@ impl SpinConfig {
     /// The largest accepted `spin_rounds`.
     pub const MAX_ROUNDS: u8 = 32;
 
-    /// The default: `Pause`, 8 rounds of 1, 2, 4, ... 32, 32, 32 PAUSEs (159 in all, a few
-    /// microseconds on current x86: about what a park and wake-up cost, the break-even point
-    /// beyond which spinning loses to sleeping). Chosen by `tern bench latch`; see docs/sync.md.
-    pub const DEFAULT: SpinConfig = SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 8, max_pauses: 32 };
+    /// The default: `Pause`, 6 rounds of 32, 64, 128, 256, 256, 256 PAUSEs (about 9 us on a
+    /// CPU whose PAUSE takes 9 ns: roughly what a park and wake-up cost, the break-even point
+    /// past which spinning loses to sleeping). The long first round matters most: a thread that
+    /// just lost the latch waits long enough for the new owner to run several critical sections
+    /// before its line is pulled away again. Chosen by a grid of `tern bench latch` runs; see
+    /// docs/sync.md.
+    pub const DEFAULT: SpinConfig = SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 6, first_pauses: 32, max_pauses: 256 };
 
     /// Checks the limits documented on the fields.
     pub fn validate(&self) -> Result<()> {
@@ -103,18 +109,29 @@ impl SpinConfig {
                 Self::MAX_ROUNDS
             )));
         }
-        if self.max_pauses == 0 {
-            return Err(Error::InvalidArgument("max_pauses must be at least 1".into()));
+        if self.first_pauses == 0 || self.max_pauses < self.first_pauses {
+            return Err(Error::InvalidArgument(format!(
+                "need 1 <= first_pauses <= max_pauses, got first_pauses {} and max_pauses {}",
+                self.first_pauses, self.max_pauses
+            )));
         }
         Ok(())
     }
 
-    pub(crate) const fn pack(self) -> u32 {
-        self.policy as u32 | (self.spin_rounds as u32) << 8 | (self.max_pauses as u32) << 16
+    pub(crate) const fn pack(self) -> u64 {
+        self.policy as u64
+            | (self.spin_rounds as u64) << 8
+            | (self.first_pauses as u64) << 16
+            | (self.max_pauses as u64) << 32
     }
 
-    pub(crate) const fn unpack(v: u32) -> SpinConfig {
-        SpinConfig { policy: SpinPolicy::from_u8(v as u8), spin_rounds: (v >> 8) as u8, max_pauses: (v >> 16) as u16 }
+    pub(crate) const fn unpack(v: u64) -> SpinConfig {
+        SpinConfig {
+            policy: SpinPolicy::from_u8(v as u8),
+            spin_rounds: (v >> 8) as u8,
+            first_pauses: (v >> 16) as u16,
+            max_pauses: (v >> 32) as u16,
+        }
     }
 }
 
@@ -193,7 +210,8 @@ impl Wait {
         if self.config.policy == SpinPolicy::Yield {
             yield_now();
         } else {
-            let pauses = 1u32.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
+            let first = u32::from(self.config.first_pauses);
+            let pauses = first.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
             for _ in 0..pauses {
                 spin_loop();
             }

@@ -98,18 +98,19 @@ fn contended_acquisition_parks_and_is_counted() {
 #[test]
 fn spin_config_roundtrip_and_validation() {
     for policy in SpinPolicy::ALL {
-        for (rounds, pauses) in [(0, 1), (8, 32), (32, u16::MAX)] {
-            let c = SpinConfig { policy, spin_rounds: rounds, max_pauses: pauses };
+        for (rounds, first, max) in [(0, 1, 1), (8, 1, 32), (32, 7, u16::MAX)] {
+            let c = SpinConfig { policy, spin_rounds: rounds, first_pauses: first, max_pauses: max };
             assert_eq!(SpinConfig::unpack(c.pack()), c);
             assert!(c.validate().is_ok());
         }
         assert_eq!(policy.name().parse::<SpinPolicy>().unwrap(), policy);
     }
     assert!(SpinConfig { spin_rounds: 33, ..SpinConfig::DEFAULT }.validate().is_err());
-    assert!(SpinConfig { max_pauses: 0, ..SpinConfig::DEFAULT }.validate().is_err());
+    assert!(SpinConfig { first_pauses: 0, ..SpinConfig::DEFAULT }.validate().is_err());
+    assert!(SpinConfig { first_pauses: 8, max_pauses: 4, ..SpinConfig::DEFAULT }.validate().is_err());
     assert!("spinny".parse::<SpinPolicy>().is_err());
     let c = LatchClass::register("test.config").unwrap();
-    assert!(c.set_config(SpinConfig { max_pauses: 0, ..SpinConfig::DEFAULT }).is_err());
+    assert!(c.set_config(SpinConfig { first_pauses: 0, ..SpinConfig::DEFAULT }).is_err());
     assert_eq!(c.config(), SpinConfig::DEFAULT, "a rejected config changes nothing");
 }
 
