@@ -25,6 +25,9 @@
 //! the bias is revoked.
 //!
 //! Bias can be turned off per latch ([`RwLatch::with_options`]) to measure what it buys.
+//!
+//! Like most writer-preferring locks, shared mode is not recursive: a thread that holds a read
+//! guard and asks for another can deadlock behind a writer waiting in between. Take one guard.
 
 use super::class::LatchClass;
 use super::counters::{add, Counter};
