@@ -5,10 +5,12 @@
 //!
 //! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
 //!   policies and counters.
+//! * [`stats`]: one snapshot of every component's counters.
 //!
 //! Errors from every component are one type, [`Error`].
 
 pub mod error;
+pub mod stats;
 pub mod sync;
 
 pub use error::{Error, Result};

@@ -27,7 +27,9 @@ pub fn install_ctrlc() {
             if INTERRUPTED.swap(true, Relaxed) {
                 std::process::exit(130);
             }
-            eprintln!("\ninterrupted: finishing the current point and printing what was measured (Ctrl-C again to quit)");
+            eprintln!(
+                "\ninterrupted: finishing the current point and printing what was measured (Ctrl-C again to quit)"
+            );
         });
     });
 }

@@ -74,13 +74,13 @@ pub struct LatchArgs {
 }
 
 impl LatchArgs {
-    /// The configuration the default suite runs.
-    pub fn suite(common: Common) -> LatchArgs {
+    /// A configuration of the default suite: one critical section and think time.
+    pub fn suite(common: Common, cs_ns: u64, think_ns: u64, modes: &[Mode]) -> LatchArgs {
         LatchArgs {
             common,
-            mode: vec![Mode::Exclusive, Mode::Shared],
-            cs_ns: vec![0],
-            think_ns: 0,
+            mode: modes.to_vec(),
+            cs_ns: vec![cs_ns],
+            think_ns,
             write_pct: vec![0.0, 1.0],
             variants: None,
             spin_rounds: None,
@@ -310,7 +310,12 @@ fn with_counters(class: LatchClass, run: impl FnOnce() -> Option<Sample>) -> Opt
 const EXCLUSIVE_BASELINE: &str = "parking_lot";
 const SHARED_BASELINE: &str = "std";
 
-fn exclusive_variants<'a>(args: &'a LatchArgs, class: LatchClass, threads: usize, load: Load) -> Vec<(String, RunFn<'a>)> {
+fn exclusive_variants<'a>(
+    args: &'a LatchArgs,
+    class: LatchClass,
+    threads: usize,
+    load: Load,
+) -> Vec<(String, RunFn<'a>)> {
     let common = &args.common;
     let mut v: Vec<(String, RunFn<'a>)> = vec![
         (
@@ -324,7 +329,9 @@ fn exclusive_variants<'a>(args: &'a LatchArgs, class: LatchClass, threads: usize
         (
             EXCLUSIVE_BASELINE.into(),
             Box::new(move || {
-                measure_exclusive(parking_lot::Mutex::new(Data::default()), threads, common, load, |m| m.into_inner().count)
+                measure_exclusive(parking_lot::Mutex::new(Data::default()), threads, common, load, |m| {
+                    m.into_inner().count
+                })
             }),
         ),
     ];
@@ -335,7 +342,9 @@ fn exclusive_variants<'a>(args: &'a LatchArgs, class: LatchClass, threads: usize
             Box::new(move || {
                 class.set_config(config).expect("validated");
                 with_counters(class, || {
-                    measure_exclusive(Mutex::with_class(Data::default(), class), threads, common, load, |m| m.into_inner().count)
+                    measure_exclusive(Mutex::with_class(Data::default(), class), threads, common, load, |m| {
+                        m.into_inner().count
+                    })
                 })
             }),
         ));
@@ -360,7 +369,10 @@ fn shared_variants<'a>(args: &'a LatchArgs, class: LatchClass, threads: usize, l
             SHARED_BASELINE.into(),
             Box::new(move || measure_shared(std::sync::RwLock::new(Words::default()), threads, common, load)),
         ),
-        ("parking_lot".into(), Box::new(move || measure_shared(parking_lot::RwLock::new(Words::default()), threads, common, load))),
+        (
+            "parking_lot".into(),
+            Box::new(move || measure_shared(parking_lot::RwLock::new(Words::default()), threads, common, load)),
+        ),
         ("tern".into(), tern(true)),
         ("tern-nobias".into(), tern(false)),
     ];
@@ -448,9 +460,15 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
             notes.push(format!("  {label:<58} {v:.2}x"));
         }
     };
-    line("tern-pause / parking_lot, 1 thread (uncontended)".into(), find("exclusive", "tern-pause", 1, None).and_then(|r| r.vs_baseline));
+    line(
+        "tern-pause / parking_lot, 1 thread (uncontended)".into(),
+        find("exclusive", "tern-pause", 1, None).and_then(|r| r.vs_baseline),
+    );
     for t in [8, 16] {
-        line(format!("tern-pause / parking_lot, {t} threads"), find("exclusive", "tern-pause", t, None).and_then(|r| r.vs_baseline));
+        line(
+            format!("tern-pause / parking_lot, {t} threads"),
+            find("exclusive", "tern-pause", t, None).and_then(|r| r.vs_baseline),
+        );
         let ratio = find("exclusive", "tern-pause", t, None)
             .zip(find("exclusive", "tern-yield", t, None))
             .map(|(p, y)| p.ops_per_sec / y.ops_per_sec);
@@ -460,7 +478,10 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         "RwLatch read-only, 2 threads / 1 thread".into(),
         find("shared", "tern", 2, Some(0.0)).and_then(|r| r.vs_1_thread),
     );
-    line("RwLatch / std::sync::RwLock, read-only, 2 threads".into(), find("shared", "tern", 2, Some(0.0)).and_then(|r| r.vs_baseline));
+    line(
+        "RwLatch / std::sync::RwLock, read-only, 2 threads".into(),
+        find("shared", "tern", 2, Some(0.0)).and_then(|r| r.vs_baseline),
+    );
     if !notes.is_empty() {
         notes.insert(0, "\nkey ratios (smallest critical section measured):".into());
     }

@@ -60,7 +60,7 @@ pub struct BenchCmd {
     #[arg(long)]
     pub json: bool,
     /// Seconds per measured point (default suite).
-    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
+    #[arg(long, default_value_t = 0.3, value_name = "SECS")]
     pub duration: f64,
     /// Rounds per point (default suite).
     #[arg(long, default_value_t = 3, value_name = "N")]
@@ -86,7 +86,8 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// About a minute: the latch comparisons at 1, 2 and 8 threads.
+/// About a minute: the latch comparisons at 1, 2 and 8 threads, saturated (no work outside the
+/// latch) and lightly contended (200 ns of work outside, 20 ns inside).
 fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
     let common = Common { duration, threads: vec![1, 2, 8], rounds, json };
     common.validate()?;
@@ -96,5 +97,9 @@ fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String>
              (`tern bench latch --help` for the full benchmark)"
         );
     }
-    latch::run(&latch::LatchArgs::suite(common))
+    latch::run(&latch::LatchArgs::suite(common.clone(), 0, 0, &[latch::Mode::Exclusive, latch::Mode::Shared]))?;
+    if harness::interrupted() {
+        return Ok(());
+    }
+    latch::run(&latch::LatchArgs::suite(common, 20, 200, &[latch::Mode::Exclusive]))
 }

@@ -24,7 +24,6 @@ static NAMES: StdMutex<Vec<&'static str>> = StdMutex::new(Vec::new());
 /// Each class's [`SpinConfig`], packed (see `SpinConfig::pack`).
 static CONFIGS: [AtomicU64; MAX_CLASSES] = [const { AtomicU64::new(SpinConfig::DEFAULT.pack()) }; MAX_CLASSES];
 
-
 impl LatchClass {
     /// The class of latches created without one.
     pub const DEFAULT: LatchClass = LatchClass(0);

@@ -42,6 +42,7 @@ mod hybrid;
 mod mutex;
 mod park;
 mod primitive;
+mod reader_table;
 mod rwlatch;
 mod rwlock;
 mod spin;

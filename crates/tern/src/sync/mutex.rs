@@ -101,7 +101,7 @@ impl RawMutex {
     }
 
     /// Whether some waiter is (or is about to be) asleep on this latch. Racy; for tests.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn has_parked(&self) -> bool {
         self.state.load(Relaxed) & PARKED != 0
     }
@@ -253,7 +253,7 @@ impl<T: ?Sized> Mutex<T> {
         self.raw.class()
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn raw(&self) -> &RawMutex {
         &self.raw
     }

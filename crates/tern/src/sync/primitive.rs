@@ -28,45 +28,6 @@ pub(crate) fn yield_now() {
     std::thread::yield_now();
 }
 
-/// A small number that differs between live threads, for hashing a thread to a slot.
-///
-/// Tokens are handed out from a global counter on a thread's first call and never reused while
-/// the process lives, so two live threads never share one.
-#[cfg(not(loom))]
-#[inline]
-pub(crate) fn thread_token() -> usize {
-    use std::cell::Cell;
-    std::thread_local! { static TOKEN: Cell<usize> = const { Cell::new(0) }; }
-    TOKEN.with(|t| match t.get() {
-        0 => {
-            let token = next_token();
-            t.set(token);
-            token
-        }
-        token => token,
-    })
-}
-
-/// Loom runs its model threads on one OS thread, so the token lives in loom's thread-locals,
-/// and comes from a counter reset per execution, since loom needs every execution to be
-/// deterministic.
-#[cfg(loom)]
-pub(crate) fn thread_token() -> usize {
-    loom::lazy_static! {
-        static ref NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-    }
-    loom::thread_local! {
-        static TOKEN: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    TOKEN.with(|t| *t)
-}
-
-#[cfg(not(loom))]
-fn next_token() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Monotonic nanoseconds since the first call in this process (a constant under loom, which
 /// has no clock: time-based heuristics then never fire, and the model covers the rest).
 #[inline]

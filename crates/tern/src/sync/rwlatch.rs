@@ -6,12 +6,13 @@
 //! Locking for Reader-Writer Locks", USENIX ATC 2019) on top of [`RawRwLock`]:
 //!
 //! * While the latch is **reader-biased**, a reader publishes itself by writing the latch's
-//!   address into one slot of a process-wide *visible readers* table, chosen by hashing the
-//!   thread and the latch, then re-checks the bias. Different threads hit different slots, so
-//!   readers write no shared line. If the slot is taken (a hash collision) or the bias is off,
-//!   the reader uses the underlying lock's shared mode instead ("slow readers").
+//!   address into its slot of the process-wide *visible readers* table ([`reader_table`]),
+//!   then re-checks the bias. Different threads use different cache lines, so readers write no
+//!   shared line. If the slot is taken (a collision) or the bias is off, the reader uses the
+//!   underlying lock's shared mode instead ("slow readers").
 //! * A **writer** takes the underlying lock exclusively (which stops slow readers), then, if
-//!   the latch is biased, revokes the bias and waits until no slot holds the latch's address.
+//!   the latch is biased, revokes the bias and waits until none of the slots its readers may
+//!   use holds the latch's address (one per thread token handed out, not the whole table).
 //!   To keep revocation cheap on average, re-biasing is inhibited for `INHIBIT_FACTOR` times as
 //!   long as the revocation took; a slow reader re-enables the bias once that time has passed.
 //!
@@ -32,6 +33,7 @@
 use super::class::LatchClass;
 use super::counters::{add, Counter};
 use super::primitive::{dekker_fence, spin_loop, ticks, yield_now, AtomicBool, AtomicU64, AtomicUsize};
+use super::reader_table;
 use super::rwlock::RawRwLock;
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -39,39 +41,8 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering::{Relaxed, Release, SeqCst};
 
-/// Slots in the visible readers table (a power of two). 32 KiB, shared by every `RwLatch`.
-#[cfg(not(loom))]
-const TABLE_SLOTS: usize = 4096;
-#[cfg(loom)]
-const TABLE_SLOTS: usize = 4;
-
 /// Re-biasing waits this many times the duration of the last revocation.
 const INHIBIT_FACTOR: u64 = 9;
-
-#[cfg(not(loom))]
-fn visible_readers() -> &'static [AtomicUsize] {
-    static TABLE: [AtomicUsize; TABLE_SLOTS] = [const { AtomicUsize::new(0) }; TABLE_SLOTS];
-    &TABLE
-}
-
-#[cfg(loom)]
-fn visible_readers() -> &'static [AtomicUsize] {
-    loom::lazy_static! {
-        static ref TABLE: Vec<AtomicUsize> = (0..TABLE_SLOTS).map(|_| AtomicUsize::new(0)).collect();
-    }
-    &TABLE
-}
-
-/// The slot a thread uses for a latch: a multiplicative hash of both.
-#[inline]
-fn slot_for(latch: usize) -> &'static AtomicUsize {
-    const K: usize = 0x9E37_79B9_7F4A_7C15_u64 as usize;
-    // Loom needs every execution to take the same path, and heap addresses differ between
-    // executions: hash the thread alone there.
-    let latch = if cfg!(loom) { 0 } else { latch >> 4 };
-    let h = (super::primitive::thread_token().wrapping_mul(K) ^ latch).wrapping_mul(K);
-    &visible_readers()[h >> (usize::BITS - TABLE_SLOTS.trailing_zeros())]
-}
 
 /// A reader-writer latch protecting a `T`, with scalable shared mode.
 pub struct RwLatch<T: ?Sized> {
@@ -153,7 +124,7 @@ impl<T: ?Sized> RwLatch<T> {
         if !self.bias.load(Relaxed) {
             return None;
         }
-        let slot = slot_for(self.addr());
+        let slot = reader_table::my_slot(self.addr());
         if slot.compare_exchange(0, self.addr(), SeqCst, Relaxed).is_err() {
             return None;
         }
@@ -192,7 +163,7 @@ impl<T: ?Sized> RwLatch<T> {
             self.bias.store(false, SeqCst);
             dekker_fence();
             let me = self.addr();
-            if visible_readers().iter().any(|slot| slot.load(SeqCst) == me) {
+            if reader_table::slots_of(me).any(|slot| slot.load(SeqCst) == me) {
                 // Fast readers are inside: restore the bias (readers that saw it off are queued
                 // on the lock we still hold) and give up.
                 self.bias.store(true, SeqCst);
@@ -212,7 +183,7 @@ impl<T: ?Sized> RwLatch<T> {
         self.bias.store(false, SeqCst);
         dekker_fence();
         let me = self.addr();
-        for slot in visible_readers() {
+        for slot in reader_table::slots_of(me) {
             let mut spins = 0u32;
             while slot.load(SeqCst) == me {
                 // Fast readers hold no parkable state, so a writer waits for them by spinning,

@@ -6,7 +6,8 @@
 //!
 //! * [`SpinPolicy::Pause`] (default): up to `spin_rounds` rounds of PAUSE instructions, starting
 //!   at `first_pauses` and doubling per round up to `max_pauses` (exponential backoff keeps
-//!   spinners off the latch's cache line), then park. PAUSE tells the core a spin loop is running, so a hyper-thread sibling gets the
+//!   spinners off the latch's cache line), each round's length drawn at random from its upper
+//!   half (jitter breaks the lockstep two waiters fall into after one collision), then park. PAUSE tells the core a spin loop is running, so a hyper-thread sibling gets the
 //!   pipeline and the exit from the loop is not a memory-order mis-speculation.
 //! * [`SpinPolicy::Yield`]: call `sched_yield` in a loop and never park: the pattern that made
 //!   NoisePage's transaction begin collapse under load. Kept for A/B measurement.
@@ -22,8 +23,8 @@ use super::class::{LatchClass, MAX_CLASSES};
 use super::counters::add_wait;
 use super::park;
 use super::primitive::{anchor_ticks, spin_loop, ticks, yield_now};
-use std::cell::Cell;
 use crate::{Error, Result};
+use std::cell::Cell;
 
 /// How a latch waits for a holder to leave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -98,7 +99,8 @@ impl SpinConfig {
     /// just lost the latch waits long enough for the new owner to run several critical sections
     /// before its line is pulled away again. Chosen by a grid of `tern bench latch` runs; see
     /// docs/sync.md.
-    pub const DEFAULT: SpinConfig = SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 6, first_pauses: 32, max_pauses: 256 };
+    pub const DEFAULT: SpinConfig =
+        SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 6, first_pauses: 32, max_pauses: 256 };
 
     /// Checks the limits documented on the fields.
     pub fn validate(&self) -> Result<()> {
@@ -172,6 +174,8 @@ pub(crate) struct Wait {
     start: u64,
     /// Ticks when this waiter last stopped waiting (spinning or sleeping) to try again.
     last: u64,
+    /// Xorshift state for backoff jitter.
+    rng: u64,
 }
 
 impl Wait {
@@ -191,7 +195,7 @@ impl Wait {
                 (full * p).div_ceil(SUCCESS_ONE)
             }
         };
-        Wait { class, config, limit, round: 0, spun: 0, parks: 0, start, last: start }
+        Wait { class, config, limit, round: 0, spun: 0, parks: 0, start, last: start, rng: start | 1 }
     }
 
     /// Whether the policy would spin another round now (without spinning).
@@ -211,7 +215,13 @@ impl Wait {
             yield_now();
         } else {
             let first = u32::from(self.config.first_pauses);
-            let pauses = first.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
+            let base = first.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
+            // Jitter: a uniformly random length in [ceil(base/2), base], so waiters that collided
+            // once do not keep colliding in lockstep.
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let pauses = base - (self.rng % u64::from(base / 2 + 1)) as u32;
             for _ in 0..pauses {
                 spin_loop();
             }

@@ -1,0 +1,159 @@
+//! The visible readers table of [`RwLatch`](super::RwLatch)'s reader bias (BRAVO).
+//!
+//! One process-wide array of slots. A biased reader of latch `L` on a thread with token `t`
+//! publishes itself by writing `L`'s address into slot `(hash(L) + t × STRIDE) mod SLOTS`:
+//!
+//! * `STRIDE` slots fill one cache line, so two threads reading the same latch never write the
+//!   same line.
+//! * Tokens are small integers handed to threads on their first biased read and recycled when a
+//!   thread exits, so they stay close to the number of live threads. A writer revoking the bias
+//!   of `L` need only look at the slots of tokens `1..=high_water`: tens of cache lines instead
+//!   of the whole table, which is what makes revocation cheap enough for read-mostly latches
+//!   with occasional writers.
+//!
+//! Why the writer's bounded scan cannot miss a reader: a thread publishes its token in the
+//! high-water mark (SeqCst) before its first slot write, then writes the slot and loads the bias
+//! (SeqCst). The writer stores the bias (SeqCst), then loads the high-water mark and the slots
+//! (SeqCst). If the reader saw the bias still on, its high-water store and slot write precede
+//! the writer's bias store in the single SeqCst order, so the writer's later loads see both.
+//! Tokens beyond `SLOTS / STRIDE` wrap onto lower tokens' slots; the reader's compare-and-swap
+//! then fails and it takes the slow path, so correctness never depends on uniqueness.
+
+use super::primitive::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
+
+#[cfg(not(loom))]
+const SLOTS: usize = 4096;
+#[cfg(not(loom))]
+const STRIDE: usize = 64 / std::mem::size_of::<usize>();
+// Loom: a tiny table, one slot per token, so models stay small.
+#[cfg(loom)]
+const SLOTS: usize = 4;
+#[cfg(loom)]
+const STRIDE: usize = 1;
+
+/// Distinct slot positions per latch; tokens above this share positions.
+const POSITIONS: usize = SLOTS / STRIDE;
+
+#[cfg(not(loom))]
+fn table() -> &'static [AtomicUsize] {
+    static TABLE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    &TABLE
+}
+
+#[cfg(loom)]
+fn table() -> &'static [AtomicUsize] {
+    loom::lazy_static! {
+        static ref TABLE: Vec<AtomicUsize> = (0..SLOTS).map(|_| AtomicUsize::new(0)).collect();
+    }
+    &TABLE
+}
+
+/// Where latch `latch`'s readers start in the table.
+#[inline]
+fn base(latch: usize) -> usize {
+    // Loom needs every execution to take the same path, and heap addresses differ between
+    // executions: all latches share one base there.
+    if cfg!(loom) {
+        0
+    } else {
+        (latch >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - SLOTS.trailing_zeros())
+    }
+}
+
+#[inline]
+fn slot(latch: usize, token: usize) -> &'static AtomicUsize {
+    &table()[(base(latch) + token * STRIDE) % SLOTS]
+}
+
+/// This thread's slot for `latch`.
+#[inline]
+pub(crate) fn my_slot(latch: usize) -> &'static AtomicUsize {
+    slot(latch, tokens::mine())
+}
+
+/// Every slot a biased reader of `latch` may occupy right now.
+pub(crate) fn slots_of(latch: usize) -> impl Iterator<Item = &'static AtomicUsize> {
+    let tokens = tokens::high_water().min(POSITIONS);
+    (1..=tokens).map(move |t| slot(latch, t))
+}
+
+#[cfg(not(loom))]
+mod tokens {
+    //! Small per-thread integers, recycled when threads exit.
+    use super::SeqCst;
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    /// The largest token ever handed out.
+    static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+    /// Tokens of exited threads.
+    static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+    std::thread_local! {
+        static TOKEN: Cell<usize> = const { Cell::new(0) };
+        static RELEASE: Release = const { Release };
+    }
+
+    struct Release;
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            if let Ok(token) = TOKEN.try_with(|t| t.replace(0)) {
+                if token != 0 {
+                    FREE.lock().unwrap_or_else(|p| p.into_inner()).push(token);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn mine() -> usize {
+        TOKEN.with(|t| match t.get() {
+            0 => take(t),
+            token => token,
+        })
+    }
+
+    #[cold]
+    fn take(cell: &Cell<usize>) -> usize {
+        let token = {
+            // Every mutation is a single push or pop, so a poisoned list is still consistent.
+            let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
+            free.pop().unwrap_or_else(|| HIGH_WATER.load(SeqCst) + 1)
+        };
+        // Published before this thread's first slot write (see the module doc).
+        HIGH_WATER.fetch_max(token, SeqCst);
+        cell.set(token);
+        // Registers the recycling hook; fails harmlessly while the thread is exiting.
+        let _ = RELEASE.try_with(|_| ());
+        token
+    }
+
+    pub(super) fn high_water() -> usize {
+        HIGH_WATER.load(SeqCst)
+    }
+}
+
+#[cfg(loom)]
+mod tokens {
+    //! Under loom: tokens from a counter that restarts with each execution (loom needs
+    //! determinism), kept in loom's thread-locals (its threads share one OS thread).
+    use super::{AtomicUsize, SeqCst};
+
+    loom::lazy_static! {
+        static ref NEXT: AtomicUsize = AtomicUsize::new(1);
+    }
+    loom::thread_local! {
+        static TOKEN: usize = NEXT.fetch_add(1, SeqCst);
+    }
+
+    pub(super) fn mine() -> usize {
+        TOKEN.with(|t| *t)
+    }
+
+    pub(super) fn high_water() -> usize {
+        NEXT.load(SeqCst) - 1
+    }
+}
