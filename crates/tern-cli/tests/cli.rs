@@ -85,7 +85,7 @@ fn bad_arguments_fail_with_a_clear_message() {
 
 #[test]
 fn ctrl_c_stops_cleanly_and_prints_what_was_measured() {
-    let mut child = tern()
+    let child = tern()
         .args(["bench", "latch", "--mode", "exclusive", "--cs-ns", "0,100,1000", "--duration", "0.2", "--threads", "1"])
         .arg("--json")
         .stdout(Stdio::piped())
