@@ -6,8 +6,8 @@
 //! | latch | size | modes | for |
 //! |---|---|---|---|
 //! | [`Mutex<T>`] | 2 bytes + `T` | exclusive | short critical sections |
-//! | [`RwLatch<T>`] | 32 bytes + `T` | shared (scalable), exclusive | read-mostly shared state |
-//! | [`HybridLatch<T>`] | 16 bytes + class + `T` | optimistic, shared, exclusive | B+tree nodes (optimistic lock coupling) |
+//! | [`RwLatch<T>`] | 24 bytes + `T` | shared (scalable), exclusive | read-mostly shared state |
+//! | [`HybridLatch<T>`] | 24 bytes + `T` | optimistic, shared, exclusive | B+tree nodes (optimistic lock coupling) |
 //!
 //! ## Waiting
 //! A latch that cannot be taken at once waits as its [`LatchClass`]'s [`SpinConfig`] says:

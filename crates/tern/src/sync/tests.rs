@@ -33,6 +33,13 @@ fn mutex_basic_and_try_lock() {
     assert_eq!(std::mem::size_of::<Mutex<()>>(), 2, "a mutex is two bytes");
 }
 
+#[test]
+fn latch_sizes_match_the_docs() {
+    // docs/sync.md and sync/mod.rs quote these; a change must update them.
+    assert_eq!(std::mem::size_of::<RwLatch<()>>(), 24);
+    assert_eq!(std::mem::size_of::<HybridLatch<()>>(), 24);
+}
+
 fn hammer_mutex(policy: SpinPolicy, name: &'static str) {
     const THREADS: usize = 6;
     const ITERS: u64 = 20_000;
