@@ -211,8 +211,8 @@ impl<T: ?Sized> RwLatch<T> {
         self.class
     }
 
-    /// Whether a writer holds or awaits the underlying lock (racy; for tests).
-    #[cfg(test)]
+    /// Whether a writer holds or awaits the underlying lock (racy; for the loom models).
+    #[cfg(all(test, loom))]
     pub(crate) fn lock_is_write_locked(&self) -> bool {
         self.lock.is_write_locked()
     }
