@@ -5,8 +5,9 @@
 //! latch path, so the counters can stay on in production. A reader sums every block ever
 //! handed out. Blocks are never freed: when a thread exits its block goes to a free list and the
 //! next new thread continues counting in it, so totals stay monotonic and no count is lost.
-//! (A thread that uses a latch while its thread-locals are being torn down may share a block
-//! with a new thread for that instant; the worst outcome is one lost increment.)
+//! A thread that uses a latch after its exit hook ran (from another thread-local's destructor)
+//! counts into one shared orphan block instead of adopting a new one, so exiting threads cannot
+//! leak blocks; two threads doing that at the same instant may lose an increment there.
 
 use super::class::{LatchClass, MAX_CLASSES};
 use serde::Serialize;
@@ -44,10 +45,15 @@ struct ClassCounters([AtomicU64; COUNTERS]);
 struct Block([ClassCounters; MAX_CLASSES]);
 
 impl Block {
+    const NEW: Block = Block([const { ClassCounters([const { AtomicU64::new(0) }; COUNTERS]) }; MAX_CLASSES]);
+
     fn leak() -> &'static Block {
-        Box::leak(Box::new(Block(std::array::from_fn(|_| ClassCounters(std::array::from_fn(|_| AtomicU64::new(0)))))))
+        Box::leak(Box::new(Block::NEW))
     }
 }
+
+/// Where threads count after their exit hook has run.
+static ORPHAN: Block = Block::NEW;
 
 #[derive(Default)]
 struct Registry {
@@ -74,14 +80,21 @@ struct Release;
 
 impl Drop for Release {
     fn drop(&mut self) {
-        if let Some(block) = BLOCK.try_with(|b| b.take()).ok().flatten() {
-            registry().free.push(block);
+        if let Ok(Some(block)) = BLOCK.try_with(|b| b.replace(Some(&ORPHAN))) {
+            if !std::ptr::eq(block, &ORPHAN) {
+                registry().free.push(block);
+            }
         }
     }
 }
 
 #[cold]
 fn adopt_block(cell: &Cell<Option<&'static Block>>) -> &'static Block {
+    // Register the exit hook first; if that is impossible the thread is exiting.
+    if RELEASE.try_with(|_| ()).is_err() {
+        cell.set(Some(&ORPHAN));
+        return &ORPHAN;
+    }
     let block = {
         let mut reg = registry();
         reg.free.pop().unwrap_or_else(|| {
@@ -91,8 +104,6 @@ fn adopt_block(cell: &Cell<Option<&'static Block>>) -> &'static Block {
         })
     };
     cell.set(Some(block));
-    // Registers the exit hook; fails harmlessly while the thread is already exiting.
-    let _ = RELEASE.try_with(|_| ());
     block
 }
 
@@ -192,7 +203,8 @@ impl LatchStats {
 
 /// Counters of `class`, summed over every thread.
 pub fn class_stats(class: LatchClass) -> LatchStats {
-    let blocks = registry().all.clone();
+    let mut blocks = registry().all.clone();
+    blocks.push(&ORPHAN);
     let mut totals = [0u64; COUNTERS];
     for block in blocks {
         for (total, slot) in totals.iter_mut().zip(&block.0[class.index()].0) {

@@ -12,8 +12,8 @@
 //! ## Waiting
 //! A latch that cannot be taken at once waits as its [`LatchClass`]'s [`SpinConfig`] says:
 //! PAUSE-spin with exponential backoff then park (default), `sched_yield` spinning, parking at
-//! once, or an adaptive spin limit ([`spin`] explains each). Sleeping uses a global parking table
-//! keyed by the latch's address ([`park`]), so a latch is a single word.
+//! once, or an adaptive spin limit (`spin.rs` explains each). Sleeping uses a global parking table
+//! keyed by the latch's address (`park.rs`), so a latch is a single word.
 //!
 //! ## Counters
 //! Per class, per thread, summed on read ([`stats`]): acquisitions, contended acquisitions, spin
@@ -21,19 +21,20 @@
 //!
 //! ## Invariants
 //! * A `Mutex` or `RwLatch` in exclusive mode has exactly one holder, and no shared holder.
-//! * No wakeup is lost: a waiter parks only after setting its latch's parked bit under the
-//!   parking queue's lock and seeing the latch still held; releasers that see the bit wake under
-//!   the same queue lock ([`mutex`], [`rwlock`]).
+//! * No wakeup is lost: a waiter sets its latch's parked bit, then parks only if, re-checked
+//!   under the parking queue's lock, the latch is still held with the bit set; releasers that
+//!   see the bit wake under the same queue lock (`mutex.rs`, `rwlock.rs`).
 //! * Writers are not starved by readers: once a writer owns the writer bit of a `RawRwLock`, no
-//!   new reader enters ([`rwlock`]), and an `RwLatch` writer revokes the reader bias ([`rwlatch`]).
+//!   new slow reader enters (`rwlock.rs`); an `RwLatch` writer then revokes the reader bias, after
+//!   which no fast reader enters either (`rwlatch.rs`). It waits only for readers already inside.
 //! * A `HybridLatch`'s version is odd exactly while an exclusive holder is inside; an optimistic
-//!   read that validates saw no write ([`hybrid`]).
+//!   read that validates saw no write (`hybrid.rs`).
 //! * Latches do not nest by themselves; the order in which components may hold several is in
 //!   `docs/latch-order.md`.
 //!
 //! ## Model checking
 //! Under `RUSTFLAGS="--cfg loom"` the atomics, spinning and parking switch to loom's models
-//! ([`primitive`], [`park`]) and the tests in `loom_tests` explore the interleavings of the
+//! (`primitive.rs`, `park.rs`) and the tests in `loom_tests` explore the interleavings of the
 //! real latch code.
 
 mod class;

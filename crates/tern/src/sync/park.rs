@@ -86,6 +86,31 @@ mod imp {
         woken: Condvar,
     }
 
+    std::thread_local! {
+        /// How the model answers `be_fair` (real parking_lot says yes about every 0.5 ms):
+        /// 0 never, 1 always, 2 on every other `unpark_one` that wakes someone. Set by a test
+        /// around `loom::model` (loom runs its threads on the test's OS thread).
+        pub(crate) static FAIR_MODE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+        static FAIR_COUNT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Restarts the alternation of `FAIR_MODE` 2; call at the start of each execution.
+    pub(crate) fn reset_fairness() {
+        FAIR_COUNT.with(|c| c.set(0));
+    }
+
+    fn be_fair() -> bool {
+        match FAIR_MODE.with(|m| m.get()) {
+            0 => false,
+            1 => true,
+            _ => FAIR_COUNT.with(|c| {
+                let n = c.get();
+                c.set(n + 1);
+                n % 2 == 1
+            }),
+        }
+    }
+
     loom::lazy_static! {
         static ref LOT: Lot = Lot { queue: Mutex::new(Queue::default()), woken: Condvar::new() };
     }
@@ -116,7 +141,7 @@ mod imp {
             let mut found = waiting(&q, key);
             (found.next(), found.next().is_some())
         };
-        let result = Unparked { unparked: first.is_some(), have_more, be_fair: false };
+        let result = Unparked { unparked: first.is_some(), have_more, be_fair: first.is_some() && be_fair() };
         let token = callback(result);
         if let Some(i) = first {
             q.waiters[i].token = Some(token);
@@ -139,3 +164,5 @@ mod imp {
 }
 
 pub(crate) use imp::{park, unpark_all, unpark_one};
+#[cfg(loom)]
+pub(crate) use imp::{reset_fairness, FAIR_MODE};

@@ -5,8 +5,10 @@
 //!
 //! * `STRIDE` slots fill one cache line, so two threads reading the same latch never write the
 //!   same line.
-//! * Tokens are small integers handed to threads on their first biased read and recycled when a
-//!   thread exits, so they stay close to the number of live threads. A writer revoking the bias
+//! * Tokens are small integers handed to threads on their first biased read (unique among live
+//!   threads) and recycled when a thread exits, so they stay close to the number of threads
+//!   alive at once. A thread already tearing down its thread-locals gets none and reads through
+//!   the slow path, so exiting threads cannot leak tokens. A writer revoking the bias
 //!   of `L` need only look at the slots of tokens `1..=high_water`: tens of cache lines instead
 //!   of the whole table, which is what makes revocation cheap enough for read-mostly latches
 //!   with occasional writers.
@@ -53,11 +55,12 @@ fn table() -> &'static [AtomicUsize] {
 #[inline]
 fn base(latch: usize) -> usize {
     // Loom needs every execution to take the same path, and heap addresses differ between
-    // executions: all latches share one base there.
+    // executions: all latches share one base there. Elsewhere, `>> 3` keeps neighbouring
+    // latches (24 bytes apart) on different bases.
     if cfg!(loom) {
         0
     } else {
-        (latch >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - SLOTS.trailing_zeros())
+        (latch >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - SLOTS.trailing_zeros())
     }
 }
 
@@ -66,10 +69,11 @@ fn slot(latch: usize, token: usize) -> &'static AtomicUsize {
     &table()[(base(latch) + token * STRIDE) % SLOTS]
 }
 
-/// This thread's slot for `latch`.
+/// This thread's slot for `latch`; `None` while the thread is exiting (it then reads through
+/// the slow path).
 #[inline]
-pub(crate) fn my_slot(latch: usize) -> &'static AtomicUsize {
-    slot(latch, tokens::mine())
+pub(crate) fn my_slot(latch: usize) -> Option<&'static AtomicUsize> {
+    tokens::mine().map(|token| slot(latch, token))
 }
 
 /// Every slot a biased reader of `latch` may occupy right now.
@@ -91,6 +95,10 @@ mod tokens {
     /// Tokens of exited threads.
     static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+    /// A thread whose thread-locals are being destroyed: it gets no token (and no fast reads),
+    /// so a token returned by its exit hook is never taken again by the same thread.
+    const EXITING: usize = usize::MAX;
+
     std::thread_local! {
         static TOKEN: Cell<usize> = const { Cell::new(0) };
         static RELEASE: Release = const { Release };
@@ -100,8 +108,8 @@ mod tokens {
 
     impl Drop for Release {
         fn drop(&mut self) {
-            if let Ok(token) = TOKEN.try_with(|t| t.replace(0)) {
-                if token != 0 {
+            if let Ok(token) = TOKEN.try_with(|t| t.replace(EXITING)) {
+                if token != 0 && token != EXITING {
                     FREE.lock().unwrap_or_else(|p| p.into_inner()).push(token);
                 }
             }
@@ -109,26 +117,30 @@ mod tokens {
     }
 
     #[inline]
-    pub(super) fn mine() -> usize {
+    pub(super) fn mine() -> Option<usize> {
         TOKEN.with(|t| match t.get() {
             0 => take(t),
-            token => token,
+            EXITING => None,
+            token => Some(token),
         })
     }
 
     #[cold]
-    fn take(cell: &Cell<usize>) -> usize {
+    fn take(cell: &Cell<usize>) -> Option<usize> {
+        // Register the exit hook first; if that is impossible the thread is exiting.
+        if RELEASE.try_with(|_| ()).is_err() {
+            cell.set(EXITING);
+            return None;
+        }
         let token = {
             // Every mutation is a single push or pop, so a poisoned list is still consistent.
             let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
-            free.pop().unwrap_or_else(|| HIGH_WATER.load(SeqCst) + 1)
+            // A new token is published in HIGH_WATER (SeqCst) before this thread's first slot
+            // write (see the module doc), and under the lock, so no two threads get the same.
+            free.pop().unwrap_or_else(|| HIGH_WATER.fetch_add(1, SeqCst) + 1)
         };
-        // Published before this thread's first slot write (see the module doc).
-        HIGH_WATER.fetch_max(token, SeqCst);
         cell.set(token);
-        // Registers the recycling hook; fails harmlessly while the thread is exiting.
-        let _ = RELEASE.try_with(|_| ());
-        token
+        Some(token)
     }
 
     pub(super) fn high_water() -> usize {
@@ -149,8 +161,8 @@ mod tokens {
         static TOKEN: usize = NEXT.fetch_add(1, SeqCst);
     }
 
-    pub(super) fn mine() -> usize {
-        TOKEN.with(|t| *t)
+    pub(super) fn mine() -> Option<usize> {
+        Some(TOKEN.with(|t| *t))
     }
 
     pub(super) fn high_water() -> usize {

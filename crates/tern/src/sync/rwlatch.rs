@@ -47,13 +47,8 @@ const INHIBIT_FACTOR: u64 = 9;
 /// A reader-writer latch protecting a `T`, with scalable shared mode.
 pub struct RwLatch<T: ?Sized> {
     lock: RawRwLock,
-    /// Readers may use the visible readers table.
-    bias: AtomicBool,
-    /// This latch may be biased at all.
-    bias_enabled: bool,
+    bias: ReaderBias,
     class: LatchClass,
-    /// Tick before which slow readers must not re-enable the bias.
-    inhibit_until: AtomicU64,
     data: UnsafeCell<T>,
 }
 
@@ -62,6 +57,37 @@ pub struct RwLatch<T: ?Sized> {
 unsafe impl<T: ?Sized + Send + Sync> Sync for RwLatch<T> {}
 // SAFETY: owning the latch means owning the `T`.
 unsafe impl<T: ?Sized + Send> Send for RwLatch<T> {}
+
+/// The reader-bias state of one latch. Its address is what fast readers publish in the
+/// visible readers table.
+struct ReaderBias {
+    /// Readers may use the visible readers table.
+    on: AtomicBool,
+    /// This latch may be biased at all.
+    enabled: bool,
+    /// Tick before which slow readers must not re-enable the bias.
+    inhibit_until: AtomicU64,
+}
+
+impl ReaderBias {
+    fn id(&self) -> usize {
+        self as *const ReaderBias as usize
+    }
+}
+
+impl Drop for ReaderBias {
+    /// Dropping needs ownership, so no read guard can be alive: a slot that still names this
+    /// latch belongs to a guard that was leaked (`mem::forget`). Clear it, or a later latch
+    /// allocated at the same address would wait for that reader forever.
+    fn drop(&mut self) {
+        if self.enabled {
+            let me = self.id();
+            for slot in reader_table::slots_of(me) {
+                let _ = slot.compare_exchange(me, 0, Relaxed, Relaxed);
+            }
+        }
+    }
+}
 
 impl<T> RwLatch<T> {
     /// A reader-biased latch of the default class.
@@ -78,10 +104,12 @@ impl<T> RwLatch<T> {
     pub fn with_options(value: T, class: LatchClass, reader_bias: bool) -> RwLatch<T> {
         RwLatch {
             lock: RawRwLock::new(),
-            bias: AtomicBool::new(reader_bias),
-            bias_enabled: reader_bias,
+            bias: ReaderBias {
+                on: AtomicBool::new(reader_bias),
+                enabled: reader_bias,
+                inhibit_until: AtomicU64::new(0),
+            },
             class,
-            inhibit_until: AtomicU64::new(0),
             data: UnsafeCell::new(value),
         }
     }
@@ -93,10 +121,6 @@ impl<T> RwLatch<T> {
 }
 
 impl<T: ?Sized> RwLatch<T> {
-    fn addr(&self) -> usize {
-        self as *const Self as *const u8 as usize
-    }
-
     /// Acquires shared mode.
     #[inline]
     pub fn read(&self) -> RwLatchReadGuard<'_, T> {
@@ -109,7 +133,9 @@ impl<T: ?Sized> RwLatch<T> {
         RwLatchReadGuard { latch: self, slot: None, _not_send: PhantomData }
     }
 
-    /// Acquires shared mode if no writer holds or awaits the latch.
+    /// Acquires shared mode if that needs no waiting. A reader-biased latch may admit fast
+    /// readers while a writer is still draining earlier slow readers (until it revokes the bias);
+    /// without the bias, no reader enters once a writer holds or awaits the latch.
     pub fn try_read(&self) -> Option<RwLatchReadGuard<'_, T>> {
         if let Some(slot) = self.try_fast_read() {
             add(self.class, Counter::Acquisitions, 1);
@@ -121,15 +147,16 @@ impl<T: ?Sized> RwLatch<T> {
     /// The biased path: publish in the visible readers table, then confirm the bias.
     #[inline]
     fn try_fast_read(&self) -> Option<&'static AtomicUsize> {
-        if !self.bias.load(Relaxed) {
+        if !self.bias.on.load(Relaxed) {
             return None;
         }
-        let slot = reader_table::my_slot(self.addr());
-        if slot.compare_exchange(0, self.addr(), SeqCst, Relaxed).is_err() {
+        let me = self.bias.id();
+        let slot = reader_table::my_slot(me)?;
+        if slot.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
             return None;
         }
         dekker_fence();
-        if self.bias.load(SeqCst) {
+        if self.bias.on.load(SeqCst) {
             return Some(slot);
         }
         slot.store(0, Release);
@@ -138,8 +165,9 @@ impl<T: ?Sized> RwLatch<T> {
 
     /// A slow reader holds the underlying lock shared: no writer is inside, so it may re-bias.
     fn maybe_rebias(&self) {
-        if self.bias_enabled && !self.bias.load(Relaxed) && ticks() >= self.inhibit_until.load(Relaxed) {
-            self.bias.store(true, Release);
+        let b = &self.bias;
+        if b.enabled && !b.on.load(Relaxed) && ticks() >= b.inhibit_until.load(Relaxed) {
+            b.on.store(true, Release);
         }
     }
 
@@ -147,7 +175,7 @@ impl<T: ?Sized> RwLatch<T> {
     #[inline]
     pub fn write(&self) -> RwLatchWriteGuard<'_, T> {
         self.lock.write(self.class);
-        if self.bias.load(Relaxed) {
+        if self.bias.on.load(Relaxed) {
             self.revoke_bias();
         }
         RwLatchWriteGuard { latch: self, _not_send: PhantomData }
@@ -159,14 +187,14 @@ impl<T: ?Sized> RwLatch<T> {
         if !self.lock.try_write(self.class) {
             return None;
         }
-        if self.bias.load(Relaxed) {
-            self.bias.store(false, SeqCst);
+        if self.bias.on.load(Relaxed) {
+            self.bias.on.store(false, SeqCst);
             dekker_fence();
-            let me = self.addr();
+            let me = self.bias.id();
             if reader_table::slots_of(me).any(|slot| slot.load(SeqCst) == me) {
                 // Fast readers are inside: restore the bias (readers that saw it off are queued
                 // on the lock we still hold) and give up.
-                self.bias.store(true, SeqCst);
+                self.bias.on.store(true, SeqCst);
                 // SAFETY: acquired by `try_write` above.
                 unsafe { self.lock.unlock_write() };
                 return None;
@@ -180,9 +208,9 @@ impl<T: ?Sized> RwLatch<T> {
     #[cold]
     fn revoke_bias(&self) {
         let start = ticks();
-        self.bias.store(false, SeqCst);
+        self.bias.on.store(false, SeqCst);
         dekker_fence();
-        let me = self.addr();
+        let me = self.bias.id();
         for slot in reader_table::slots_of(me) {
             let mut spins = 0u32;
             while slot.load(SeqCst) == me {
@@ -197,7 +225,8 @@ impl<T: ?Sized> RwLatch<T> {
             }
         }
         let end = ticks();
-        self.inhibit_until.store(end.saturating_add(end.saturating_sub(start).saturating_mul(INHIBIT_FACTOR)), Relaxed);
+        let inhibit = end.saturating_add(end.saturating_sub(start).saturating_mul(INHIBIT_FACTOR));
+        self.bias.inhibit_until.store(inhibit, Relaxed);
         add(self.class, Counter::Revocations, 1);
     }
 
@@ -219,7 +248,7 @@ impl<T: ?Sized> RwLatch<T> {
 
     /// Whether readers currently take the biased path (racy; for diagnostics).
     pub fn is_reader_biased(&self) -> bool {
-        self.bias.load(Relaxed)
+        self.bias.on.load(Relaxed)
     }
 }
 

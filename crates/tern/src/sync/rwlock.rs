@@ -7,11 +7,11 @@
 //! * A writer first takes the `WRITER` bit, even with readers inside; from then on no new reader
 //!   enters. It then waits for the readers already inside to drain. Readers can therefore never
 //!   starve a writer: a writer waits for at most the readers present when it took the bit.
-//! * Waiters for the `WRITER` bit to clear (readers and writers) park on the lock's address with
-//!   `PARKED` set; the writer draining readers parks on address + 1 with `WRITER_PARKED` set.
-//!   Each sets its bit under the parking queue's lock and parks only if the condition still holds
-//!   then; the thread that changes the condition wakes under the same queue lock, so no wakeup
-//!   is lost. The last reader out wakes a draining writer; a writer's unlock wakes all parked
+//! * Waiters for the `WRITER` bit to clear (readers and writers) set `PARKED` and park on the
+//!   lock's address only if, re-checked under the parking queue's lock, `WRITER` and `PARKED`
+//!   are still set; the writer draining readers parks on address + 1, setting `WRITER_PARKED`
+//!   inside that re-check. The thread that changes the condition wakes under the same queue
+//!   lock, so no wakeup is lost. The last reader out wakes a draining writer; a writer's unlock wakes all parked
 //!   waiters, and readers and writers race again.
 //!
 //! The lock does not know its class: callers pass it, so the owner stores it once.

@@ -14,8 +14,9 @@
 //! * [`SpinPolicy::Park`]: no spinning at all; park at once.
 //! * [`SpinPolicy::Adaptive`]: like `Pause`, but the class's spin limit follows how often a full
 //!   spin recently succeeded: limit = `spin_rounds` × P(success). P is an exponential moving
-//!   average kept per thread and class, updated only by waits that spun the full `spin_rounds`
-//!   (one in 16 contended waits always does, so P keeps being measured when the limit is low). When
+//!   average kept per thread and class, updated only by waits that were allowed the full
+//!   `spin_rounds` (one in 16 contended waits always is, so P keeps being measured when the limit
+//!   is low). When
 //!   spinning stops paying (oversubscribed cores, long critical sections) waiters park almost at
 //!   once; when it pays again, the limit climbs back.
 
@@ -215,7 +216,9 @@ impl Wait {
             yield_now();
         } else {
             let first = u32::from(self.config.first_pauses);
-            let base = first.checked_shl(self.round).unwrap_or(u32::MAX).min(u32::from(self.config.max_pauses));
+            let max = u32::from(self.config.max_pauses);
+            // Doubling per round, saturating at `max` (also when doubling would overflow).
+            let base = if self.round >= first.leading_zeros() { max } else { (first << self.round).min(max) };
             // Jitter: a uniformly random length in [ceil(base/2), base], so waiters that collided
             // once do not keep colliding in lockstep.
             self.rng ^= self.rng << 13;
