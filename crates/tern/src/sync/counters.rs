@@ -45,15 +45,17 @@ struct ClassCounters([AtomicU64; COUNTERS]);
 struct Block([ClassCounters; MAX_CLASSES]);
 
 impl Block {
-    const NEW: Block = Block([const { ClassCounters([const { AtomicU64::new(0) }; COUNTERS]) }; MAX_CLASSES]);
+    const fn new() -> Block {
+        Block([const { ClassCounters([const { AtomicU64::new(0) }; COUNTERS]) }; MAX_CLASSES])
+    }
 
     fn leak() -> &'static Block {
-        Box::leak(Box::new(Block::NEW))
+        Box::leak(Box::new(Block::new()))
     }
 }
 
 /// Where threads count after their exit hook has run.
-static ORPHAN: Block = Block::NEW;
+static ORPHAN: Block = Block::new();
 
 #[derive(Default)]
 struct Registry {
@@ -199,6 +201,12 @@ impl LatchStats {
             restarts: t[Counter::Restarts as usize],
         }
     }
+}
+
+/// How many counter blocks exist (for leak tests).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn block_count() -> usize {
+    registry().all.len()
 }
 
 /// Counters of `class`, summed over every thread.

@@ -10,7 +10,7 @@ use super::*;
 use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use loom::sync::Arc;
 use loom::thread;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 
 fn class(name: &'static str, policy: SpinPolicy) -> LatchClass {
     let class = LatchClass::register(name).unwrap();
@@ -43,13 +43,15 @@ impl Tracked {
     }
 }
 
-/// Enters a critical section: fails if another thread is inside.
+/// Enters a critical section: fails if another thread is inside. Relaxed on purpose: the
+/// check needs only the swap's atomicity, and any ordering here would hand the latch the
+/// happens-before edge it must provide itself (and mask an ordering bug in it).
 fn enter(inside: &AtomicBool) {
-    assert!(!inside.swap(true, SeqCst), "two holders at once");
+    assert!(!inside.swap(true, Relaxed), "two holders at once");
 }
 
 fn leave(inside: &AtomicBool) {
-    inside.store(false, SeqCst);
+    inside.store(false, Relaxed);
 }
 
 /// `threads` threads each take the mutex `iters` times and increment tracked data. `fair`
@@ -144,19 +146,19 @@ fn rwlatch_excludes(bias: bool, policy: SpinPolicy, name: &'static str) {
             let (l, writers, readers) = (Arc::clone(&l), Arc::clone(&writers), Arc::clone(&readers));
             thread::spawn(move || {
                 let g = l.read();
-                readers.fetch_add(1, SeqCst);
-                assert_eq!(writers.load(SeqCst), 0, "reader inside with a writer");
+                readers.fetch_add(1, Relaxed);
+                assert_eq!(writers.load(Relaxed), 0, "reader inside with a writer");
                 let seen = g.get();
-                readers.fetch_sub(1, SeqCst);
+                readers.fetch_sub(1, Relaxed);
                 seen
             })
         };
         {
             let g = l.write();
-            assert_eq!(writers.fetch_add(1, SeqCst), 0);
-            assert_eq!(readers.load(SeqCst), 0, "writer inside with a reader");
+            assert_eq!(writers.fetch_add(1, Relaxed), 0);
+            assert_eq!(readers.load(Relaxed), 0, "writer inside with a reader");
             g.set(1);
-            writers.fetch_sub(1, SeqCst);
+            writers.fetch_sub(1, Relaxed);
         }
         assert!(reader.join().unwrap() <= 1);
         // A later read after the writer sees its write (and may re-bias).

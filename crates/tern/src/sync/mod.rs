@@ -6,7 +6,7 @@
 //! | latch | size | modes | for |
 //! |---|---|---|---|
 //! | [`Mutex<T>`] | 2 bytes + `T` | exclusive | short critical sections |
-//! | [`RwLatch<T>`] | 24 bytes + `T` | shared (scalable), exclusive | read-mostly shared state |
+//! | [`RwLatch<T>`] | 32 bytes + `T` | shared (scalable), exclusive | read-mostly shared state |
 //! | [`HybridLatch<T>`] | 24 bytes + `T` | optimistic, shared, exclusive | B+tree nodes (optimistic lock coupling) |
 //!
 //! ## Waiting

@@ -76,6 +76,18 @@ pub(crate) fn my_slot(latch: usize) -> Option<&'static AtomicUsize> {
     tokens::mine().map(|token| slot(latch, token))
 }
 
+/// This thread's token (for tests).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn my_token() -> Option<usize> {
+    tokens::mine()
+}
+
+/// The largest token handed out so far (for leak tests).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn token_high_water() -> usize {
+    tokens::high_water()
+}
+
 /// Every slot a biased reader of `latch` may occupy right now.
 pub(crate) fn slots_of(latch: usize) -> impl Iterator<Item = &'static AtomicUsize> {
     let tokens = tokens::high_water().min(POSITIONS);

@@ -144,6 +144,18 @@ impl Default for SpinConfig {
     }
 }
 
+/// PAUSEs in round `round` before jitter: `first_pauses` doubled per round, saturating at
+/// `max_pauses` (also where doubling would overflow).
+pub(crate) fn round_pauses(config: SpinConfig, round: u32) -> u32 {
+    let first = u32::from(config.first_pauses);
+    let max = u32::from(config.max_pauses);
+    if round >= first.leading_zeros() {
+        max
+    } else {
+        (first << round).min(max)
+    }
+}
+
 /// One in this many contended `Adaptive` waits spins the full `spin_rounds` to keep measuring.
 const ADAPTIVE_EXPLORE_EVERY: u64 = 16;
 
@@ -215,10 +227,7 @@ impl Wait {
         if self.config.policy == SpinPolicy::Yield {
             yield_now();
         } else {
-            let first = u32::from(self.config.first_pauses);
-            let max = u32::from(self.config.max_pauses);
-            // Doubling per round, saturating at `max` (also when doubling would overflow).
-            let base = if self.round >= first.leading_zeros() { max } else { (first << self.round).min(max) };
+            let base = round_pauses(self.config, self.round);
             // Jitter: a uniformly random length in [ceil(base/2), base], so waiters that collided
             // once do not keep colliding in lockstep.
             self.rng ^= self.rng << 13;
