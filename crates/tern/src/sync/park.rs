@@ -95,6 +95,7 @@ mod imp {
     }
 
     /// Restarts the alternation of `FAIR_MODE` 2; call at the start of each execution.
+    #[cfg(test)]
     pub(crate) fn reset_fairness() {
         FAIR_COUNT.with(|c| c.set(0));
     }
@@ -164,5 +165,5 @@ mod imp {
 }
 
 pub(crate) use imp::{park, unpark_all, unpark_one};
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 pub(crate) use imp::{reset_fairness, FAIR_MODE};
