@@ -130,11 +130,39 @@ struct Load {
     writes_per_10k: u64,
 }
 
-impl Load {
-    /// Whether operation number `op` is timed.
+/// Times one operation in `every`: from asking for the latch to holding it.
+struct Sampler {
+    every: u64,
+    hist: Option<hdrhistogram::Histogram<u64>>,
+}
+
+impl Sampler {
+    fn new(every: u64) -> Sampler {
+        Sampler { every, hist: (every != 0).then(new_histogram) }
+    }
+
+    /// The start time if operation `op` is sampled (the clock costs ~20 ns, so not every one).
     #[inline]
-    fn sampled(&self, op: u64) -> bool {
-        self.sample_every != 0 && op % self.sample_every == 0
+    fn begin(&self, op: u64) -> Option<Instant> {
+        (self.every != 0 && op % self.every == 0).then(Instant::now)
+    }
+
+    /// Called inside the critical section: the time the latch was acquired, if sampling.
+    #[inline]
+    fn acquired(start: Option<Instant>) -> Option<Instant> {
+        start.map(|_| Instant::now())
+    }
+
+    #[inline]
+    fn record(&mut self, start: Option<Instant>, acquired: Option<Instant>) {
+        if let (Some(h), Some(s), Some(a)) = (self.hist.as_mut(), start, acquired) {
+            // Saturates instead of failing for out-of-range values; nothing to report.
+            h.saturating_record(a.duration_since(s).as_nanos().max(1) as u64);
+        }
+    }
+
+    fn finish(self, ops: u64) -> ThreadResult {
+        ThreadResult { ops, latency: self.hist }
     }
 }
 
@@ -173,25 +201,23 @@ impl ExclusiveLatch for Mutex<Data> {
 
 /// One thread of the exclusive workload: lock, count, work, unlock, think.
 fn exclusive_thread(latch: &impl ExclusiveLatch, load: Load, seed: u64, ctl: &Control) -> ThreadResult {
-    let mut hist = (load.sample_every != 0).then(new_histogram);
+    let mut sampler = Sampler::new(load.sample_every);
     let mut ops = 0u64;
     let mut outside = seed;
     while ctl.running() {
-        let start = load.sampled(ops).then(Instant::now);
+        let start = sampler.begin(ops);
         let acquired = latch.with(|d| {
-            let at = start.map(|_| Instant::now());
+            let at = Sampler::acquired(start);
             d.count += 1;
             d.state = work::spin(load.cs_units, d.state);
             at
         });
-        if let (Some(h), Some(s), Some(a)) = (hist.as_mut(), start, acquired) {
-            // Saturates instead of failing for out-of-range values; nothing to report.
-            h.saturating_record(a.duration_since(s).as_nanos().max(1) as u64);
-        }
+        sampler.record(start, acquired);
         outside = work::spin(load.think_units, outside);
         ops += 1;
     }
-    ThreadResult { ops, latency: hist }
+    std::hint::black_box(outside);
+    sampler.finish(ops)
 }
 
 /// Runs the exclusive workload on `latch` and checks that no critical section was lost. Every
@@ -254,7 +280,7 @@ impl SharedLatch for RwLatch<Words> {
 
 /// One thread of the shared workload: mostly reads (sum the words, work), some writes.
 fn shared_thread(latch: &impl SharedLatch, load: Load, seed: u64, ctl: &Control) -> ThreadResult {
-    let mut hist = (load.sample_every != 0).then(new_histogram);
+    let mut sampler = Sampler::new(load.sample_every);
     let mut ops = 0u64;
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut outside = seed;
@@ -262,29 +288,27 @@ fn shared_thread(latch: &impl SharedLatch, load: Load, seed: u64, ctl: &Control)
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let start = load.sampled(ops).then(Instant::now);
+        let start = sampler.begin(ops);
         let acquired = if rng % 10_000 < load.writes_per_10k {
             latch.write(|w| {
-                let at = start.map(|_| Instant::now());
+                let at = Sampler::acquired(start);
                 w.iter_mut().for_each(|x| *x += 1);
                 at
             })
         } else {
             latch.read(|w| {
-                let at = start.map(|_| Instant::now());
+                let at = Sampler::acquired(start);
                 assert!(w.iter().all(|&x| x == w[0]), "a reader saw a half-done write");
                 outside ^= work::spin(load.cs_units, w[0]);
                 at
             })
         };
-        if let (Some(h), Some(s), Some(a)) = (hist.as_mut(), start, acquired) {
-            h.saturating_record(a.duration_since(s).as_nanos().max(1) as u64);
-        }
+        sampler.record(start, acquired);
         outside = work::spin(load.think_units, outside);
         ops += 1;
     }
     std::hint::black_box(outside);
-    ThreadResult { ops, latency: hist }
+    sampler.finish(ops)
 }
 
 /// Runs the shared workload; the latch is placed as in [`measure_exclusive`].
