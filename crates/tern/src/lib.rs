@@ -3,12 +3,14 @@
 //!
 //! Components, each in its own module with a doc that states its invariants:
 //!
+//! * [`btree`]: the B+tree index (in progress).
 //! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
 //!   policies and counters.
 //! * [`stats`]: one snapshot of every component's counters.
 //!
 //! Errors from every component are one type, [`Error`].
 
+pub mod btree;
 pub mod error;
 pub mod stats;
 pub mod sync;
