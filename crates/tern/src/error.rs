@@ -12,6 +12,28 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// Keys must have at least one byte.
+    #[error("empty key: keys must have at least one byte")]
+    KeyEmpty,
+
+    /// The key is longer than this tree accepts (a function of its page size).
+    #[error("key of {len} bytes exceeds the maximum of {max} bytes")]
+    KeyTooLarge {
+        /// The key's length.
+        len: usize,
+        /// The largest accepted key.
+        max: usize,
+    },
+
+    /// The value is longer than the engine accepts.
+    #[error("value of {len} bytes exceeds the maximum of {max} bytes")]
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+        /// The largest accepted value.
+        max: usize,
+    },
+
     /// More distinct latch classes were registered than the fixed class table holds.
     #[error("cannot register latch class {name:?}: the table holds {max} classes")]
     TooManyLatchClasses {

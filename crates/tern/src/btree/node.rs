@@ -1,0 +1,713 @@
+//! The slotted node format on a page, and the node search.
+//!
+//! ```text
+//! 0        64                 64+16n          heap_start                            page_size
+//! [header][slot 0]...[slot n-1][  free  ][search array][records ...][fences]
+//! ```
+//!
+//! * Header (64 bytes): see the `H_*` offsets.
+//! * Slot `i` (16 bytes at `64 + 16i`), sorted by key: word 0 is the **head**, the first 8 bytes
+//!   of the key after the node prefix as a big-endian integer (zero-padded); word 1 holds the
+//!   record's offset (u16), the key suffix length (u16) and 32 bits of payload: the child page
+//!   id (inner) or the value length (u16) and value flags (u16) (leaf).
+//! * Records, in the heap growing down from the end: key suffix, then (leaf) the value inline or
+//!   an 8-byte overflow reference (`FLAG_OVERFLOW`).
+//! * Fences: the node's key range `[lower, upper)` in full; absent means -inf / +inf. When both
+//!   are present, their common prefix is the node prefix, stored once (it is the start of the
+//!   lower fence) and stripped from every key.
+//! * Search array (Eytzinger and B-tree layouts): `head48 << 16 | slot` per slot, in the
+//!   layout's order, rebuilt on every change; a lower bound over it gives the first slot whose
+//!   head's top 48 bits reach the searched head's.
+//!
+//! All reads go through [`Page`], which tolerates any offset, so searching a node that a writer
+//! is changing returns garbage but never faults or loops; the caller's validation rejects it.
+//! Methods that change the node require the caller to hold it exclusively.
+
+use super::page::{head_of, Page};
+use super::search::{self, Layout};
+use std::cmp::Ordering;
+
+pub(crate) const HEADER: usize = 64;
+pub(crate) const SLOT: usize = 16;
+/// Bytes per search-array entry.
+pub(crate) const SEARCH_ENTRY: usize = 8;
+
+const H_KIND: usize = 0; // u8: 1 = leaf
+const H_LEVEL: usize = 1; // u8: 0 = leaf
+const H_COUNT: usize = 2; // u16
+const H_PREFIX: usize = 4; // u16
+const H_FLAGS: usize = 6; // u16: FENCE_* bits
+const H_HEAP: usize = 8; // u32: lowest heap offset in use
+const H_GARBAGE: usize = 12; // u32: dead heap bytes
+const H_UPPER: usize = 16; // u32: upper child (inner)
+const H_LOWER_OFF: usize = 20; // u16
+const H_LOWER_LEN: usize = 22; // u16
+const H_UPPER_OFF: usize = 24; // u16
+const H_UPPER_LEN: usize = 26; // u16
+const H_SEARCH_OFF: usize = 28; // u32: 0 = no search array
+const H_SEARCH_LEN: usize = 32; // u32: entries, padding included
+const H_SEARCH_CAP: usize = 36; // u32: entries the array's space can hold
+
+const FENCE_LOWER: u16 = 1;
+const FENCE_UPPER: u16 = 2;
+
+/// Leaf value flag: the record holds an overflow reference (first page id u32, length u32).
+pub(crate) const FLAG_OVERFLOW: u16 = 1;
+
+/// A search-array entry for "none": the B-tree layout pads its last block with it.
+const SLOT_NONE: u64 = 0xFFFF;
+
+/// What a leaf slot carries besides its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ValueRef {
+    pub off: usize,
+    pub len: usize,
+    pub flags: u16,
+}
+
+/// A node's view of its page.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeRef<'a> {
+    pub page: &'a Page,
+}
+
+impl<'a> NodeRef<'a> {
+    pub(crate) fn new(page: &'a Page) -> NodeRef<'a> {
+        NodeRef { page }
+    }
+
+    // ---- header ----
+
+    #[inline]
+    pub(crate) fn is_leaf(self) -> bool {
+        self.page.uint_at(H_KIND, 1) == 1
+    }
+
+    #[inline]
+    pub(crate) fn level(self) -> u8 {
+        self.page.uint_at(H_LEVEL, 1) as u8
+    }
+
+    /// The slot count, capped at what fits in the page (garbage-tolerant).
+    #[inline]
+    pub(crate) fn count(self) -> usize {
+        usize::from(self.page.u16_at(H_COUNT)).min(self.max_slots())
+    }
+
+    #[inline]
+    fn max_slots(self) -> usize {
+        (self.page.size() - HEADER) / SLOT
+    }
+
+    #[inline]
+    pub(crate) fn prefix_len(self) -> usize {
+        usize::from(self.page.u16_at(H_PREFIX))
+    }
+
+    #[inline]
+    fn heap_start(self) -> usize {
+        (self.page.u32_at(H_HEAP) as usize).min(self.page.size())
+    }
+
+    #[inline]
+    pub(crate) fn garbage(self) -> usize {
+        self.page.u32_at(H_GARBAGE) as usize
+    }
+
+    /// The child for keys at or above the last separator (inner nodes).
+    #[inline]
+    pub(crate) fn upper_child(self) -> u32 {
+        self.page.u32_at(H_UPPER)
+    }
+
+    /// Free bytes between the slot array and the heap.
+    #[inline]
+    pub(crate) fn free_space(self) -> usize {
+        self.heap_start().saturating_sub(HEADER + SLOT * self.count())
+    }
+
+    /// Bytes in use (slots, live records, fences, search array): what a rebuild would need.
+    pub(crate) fn used_space(self) -> usize {
+        self.page.size() - HEADER - self.free_space() - self.garbage()
+    }
+
+    /// The lower fence (inclusive), `None` for -inf.
+    pub(crate) fn lower_fence(self) -> Option<Vec<u8>> {
+        (self.page.u16_at(H_FLAGS) & FENCE_LOWER != 0)
+            .then(|| self.bytes(self.page.u16_at(H_LOWER_OFF).into(), self.page.u16_at(H_LOWER_LEN).into()))
+    }
+
+    /// The upper fence (exclusive), `None` for +inf.
+    pub(crate) fn upper_fence(self) -> Option<Vec<u8>> {
+        (self.page.u16_at(H_FLAGS) & FENCE_UPPER != 0)
+            .then(|| self.bytes(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into()))
+    }
+
+    fn bytes(self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.page.read_into(off, len, &mut v);
+        v
+    }
+
+    // ---- slots ----
+
+    #[inline]
+    fn slot_word(self, i: usize, w: usize) -> u64 {
+        self.page.word((HEADER + SLOT * i) / 8 + w)
+    }
+
+    #[inline]
+    pub(crate) fn head(self, i: usize) -> u64 {
+        self.slot_word(i, 0)
+    }
+
+    #[inline]
+    fn key_off(self, i: usize) -> usize {
+        (self.slot_word(i, 1) & 0xFFFF) as usize
+    }
+
+    #[inline]
+    fn key_len(self, i: usize) -> usize {
+        (self.slot_word(i, 1) >> 16 & 0xFFFF) as usize
+    }
+
+    #[inline]
+    fn payload(self, i: usize) -> u32 {
+        (self.slot_word(i, 1) >> 32) as u32
+    }
+
+    /// The child of slot `i`, or the upper child for `i == count` (inner nodes).
+    #[inline]
+    pub(crate) fn child(self, i: usize) -> u32 {
+        if i >= self.count() {
+            self.upper_child()
+        } else {
+            self.payload(i)
+        }
+    }
+
+    /// Where slot `i`'s value lives (leaf nodes).
+    #[inline]
+    pub(crate) fn value_ref(self, i: usize) -> ValueRef {
+        let p = self.payload(i);
+        ValueRef { off: self.key_off(i) + self.key_len(i), len: (p & 0xFFFF) as usize, flags: (p >> 16) as u16 }
+    }
+
+    /// Appends slot `i`'s full key (prefix included) to `out`.
+    pub(crate) fn key_into(self, i: usize, out: &mut Vec<u8>) {
+        self.prefix_into(out);
+        self.page.read_into(self.key_off(i), self.key_len(i), out);
+    }
+
+    /// Slot `i`'s full key.
+    pub(crate) fn key(self, i: usize) -> Vec<u8> {
+        let mut k = Vec::new();
+        self.key_into(i, &mut k);
+        k
+    }
+
+    /// Appends the node prefix to `out`.
+    pub(crate) fn prefix_into(self, out: &mut Vec<u8>) {
+        self.page.read_into(self.page.u16_at(H_LOWER_OFF).into(), self.prefix_len(), out);
+    }
+
+    /// Appends slot `i`'s value bytes as stored (inline value, or the overflow reference).
+    pub(crate) fn value_into(self, i: usize, out: &mut Vec<u8>) {
+        let v = self.value_ref(i);
+        self.page.read_into(v.off, v.len, out);
+    }
+
+    /// The overflow reference (first page, total length) of slot `i`.
+    pub(crate) fn overflow_ref(self, i: usize) -> (u32, usize) {
+        let v = self.value_ref(i);
+        (self.page.u32_at(v.off), self.page.u32_at(v.off + 4) as usize)
+    }
+
+    /// Compares slot `i`'s key suffix with `suffix` (a key with the node prefix removed).
+    #[inline]
+    fn cmp_suffix(self, i: usize, suffix: &[u8]) -> Ordering {
+        self.page.compare(self.key_off(i), self.key_len(i), suffix)
+    }
+
+    /// Whether slot `i` holds exactly `key`.
+    pub(crate) fn key_equals(self, i: usize, key: &[u8]) -> bool {
+        match self.strip_prefix(key) {
+            Ok(suffix) => i < self.count() && self.cmp_suffix(i, suffix) == Ordering::Equal,
+            Err(_) => false,
+        }
+    }
+
+    // ---- search ----
+
+    /// `key` without the node prefix, or where `key` falls if it does not start with it:
+    /// `Err(0)` below every key of the node, `Err(count)` above.
+    #[inline]
+    fn strip_prefix(self, key: &'_ [u8]) -> Result<&'_ [u8], usize> {
+        let p = self.prefix_len();
+        if p == 0 {
+            return Ok(key);
+        }
+        let lower = usize::from(self.page.u16_at(H_LOWER_OFF));
+        let take = p.min(key.len());
+        match self.page.compare(lower, p, &key[..take]) {
+            Ordering::Equal => Ok(&key[p.min(key.len())..]),
+            Ordering::Greater => Err(0),
+            Ordering::Less => Err(self.count()),
+        }
+    }
+
+    /// The first slot whose key is `>= key` (`strict`: `> key`), or `count`.
+    #[inline]
+    pub(crate) fn search(self, key: &[u8], strict: bool, layout: Layout, prefetch: u8) -> usize {
+        let n = self.count();
+        let suffix = match self.strip_prefix(key) {
+            Ok(s) => s,
+            Err(pos) => return pos,
+        };
+        let h = head_of(suffix);
+        let first = self.head_lower_bound(n, h, layout, prefetch);
+        if first >= n {
+            return n;
+        }
+        if prefetch > 0 {
+            self.page.prefetch(self.key_off(first));
+        }
+        if self.head(first) > h {
+            return first;
+        }
+        // Heads tie (or, for 48-bit layouts, may be below): resolve by full comparison, a
+        // binary search over the rest with heads compared first.
+        let beyond = |i: usize| match self.head(i).cmp(&h) {
+            Ordering::Less => false,
+            Ordering::Greater => true,
+            Ordering::Equal => match self.cmp_suffix(i, suffix) {
+                Ordering::Less => false,
+                // An equal key is past the bound only for `>=` (non-strict).
+                Ordering::Equal => !strict,
+                Ordering::Greater => true,
+            },
+        };
+        let (mut lo, mut hi) = (first, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if beyond(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// The first slot whose head is at least `h` (exactly, for the slot-array layouts; by the
+    /// top 48 bits, for the search-array layouts).
+    #[inline]
+    fn head_lower_bound(self, n: usize, h: u64, layout: Layout, prefetch: u8) -> usize {
+        match layout {
+            Layout::Sorted | Layout::BranchFree => {
+                let heads = SlotHeads { page: self.page, n };
+                search::lower_bound(layout, &heads, h, prefetch)
+            }
+            Layout::Eytzinger | Layout::BTree => {
+                let (off, len) = (self.page.u32_at(H_SEARCH_OFF) as usize, self.page.u32_at(H_SEARCH_LEN) as usize);
+                let words = self.page.words();
+                let start = (off / 8).min(words.len());
+                let entries = &words[start..(start + len).min(words.len())];
+                let r = search::lower_bound(layout, entries, (h >> 16) << 16, prefetch);
+                if r >= entries.len() {
+                    return n;
+                }
+                let slot = entries[r].load(std::sync::atomic::Ordering::Relaxed) & 0xFFFF;
+                if slot == SLOT_NONE {
+                    n
+                } else {
+                    (slot as usize).min(n)
+                }
+            }
+        }
+    }
+
+    // ---- changes (exclusive holders only) ----
+
+    /// Whether an entry with a key of `key_len` bytes and a payload of `value_len` bytes fits
+    /// without rebuilding the node. (If not, the caller rebuilds with [`build`], which also
+    /// reclaims garbage, or splits.)
+    pub(crate) fn fits_in_place(self, key_len: usize, value_len: usize, layout: Layout) -> bool {
+        self.free_space() >= self.entry_space(key_len, value_len, layout)
+    }
+
+    /// Bytes one more entry needs: slot, record, and (search-array layouts) a new search
+    /// array if the current one has no spare capacity.
+    pub(crate) fn entry_space(self, key_len: usize, value_len: usize, layout: Layout) -> usize {
+        let record = key_len.saturating_sub(self.prefix_len()) + value_len;
+        let search = if uses_search_array(layout) && self.search_capacity() < layout_len(layout, self.count() + 1) {
+            search_array_bytes(layout, self.count() + 1)
+        } else {
+            0
+        };
+        SLOT + record + search
+    }
+
+    fn search_capacity(self) -> usize {
+        if self.page.u32_at(H_SEARCH_OFF) == 0 {
+            0
+        } else {
+            self.page.u32_at(H_SEARCH_CAP) as usize
+        }
+    }
+
+    /// Takes `len` bytes from the heap (aligned to `align`), or `None` if they do not fit.
+    fn alloc(self, len: usize, align: usize) -> Option<usize> {
+        let start = self.heap_start();
+        let off = (start.checked_sub(len)?) & !(align - 1);
+        (off >= HEADER + SLOT * self.count()).then(|| {
+            self.page.set_u32(H_HEAP, off as u32);
+            off
+        })
+    }
+
+    fn add_garbage(self, bytes: usize) {
+        self.page.set_u32(H_GARBAGE, (self.garbage() + bytes) as u32);
+    }
+
+    fn set_count(self, n: usize) {
+        self.page.set_u16(H_COUNT, n as u16);
+    }
+
+    fn write_slot(self, i: usize, head: u64, off: usize, key_len: usize, payload: u32) {
+        let base = (HEADER + SLOT * i) / 8;
+        self.page.set_word(base, head);
+        self.page.set_word(base + 1, off as u64 | (key_len as u64) << 16 | u64::from(payload) << 32);
+    }
+
+    fn move_slots(self, from: usize, to: usize, count: usize) {
+        let (words_from, words_to) = ((HEADER + SLOT * from) / 8, (HEADER + SLOT * to) / 8);
+        let n = count * SLOT / 8;
+        if to > from {
+            for k in (0..n).rev() {
+                self.page.set_word(words_to + k, self.page.word(words_from + k));
+            }
+        } else {
+            for k in 0..n {
+                self.page.set_word(words_to + k, self.page.word(words_from + k));
+            }
+        }
+    }
+
+    /// Inserts `key` with `payload` at slot `pos` (keeping order); the caller checked with
+    /// [`fits`](Self::fits) that it fits without a rebuild. `value` is written after the key
+    /// suffix (leaf), `payload` is the child id (inner) or `len | flags << 16` (leaf).
+    pub(crate) fn insert_at(self, pos: usize, key: &[u8], value: &[u8], payload: u32, layout: Layout) {
+        let suffix = &key[self.prefix_len().min(key.len())..];
+        let off = self.alloc(suffix.len() + value.len(), 1).expect("caller checked the fit");
+        self.page.write(off, suffix);
+        self.page.write(off + suffix.len(), value);
+        let n = self.count();
+        self.move_slots(pos, pos + 1, n - pos);
+        self.write_slot(pos, head_of(suffix), off, suffix.len(), payload);
+        self.set_count(n + 1);
+        let rebuilt = self.rebuild_search_array(layout);
+        debug_assert!(rebuilt, "entry_space reserves room for a fresh search array");
+    }
+
+    /// Removes slot `pos`; its record becomes garbage.
+    pub(crate) fn remove_at(self, pos: usize, layout: Layout) {
+        let n = self.count();
+        let record = self.key_len(pos) + if self.is_leaf() { self.value_ref(pos).len } else { 0 };
+        self.add_garbage(record);
+        self.move_slots(pos + 1, pos, n - pos - 1);
+        self.set_count(n - 1);
+        let rebuilt = self.rebuild_search_array(layout);
+        debug_assert!(rebuilt, "a smaller array is rebuilt in place");
+    }
+
+    /// Points slot `i` (or the upper child, for `i == count`) at `child` (inner nodes).
+    pub(crate) fn set_child(self, i: usize, child: u32) {
+        if i >= self.count() {
+            self.page.set_u32(H_UPPER, child);
+        } else {
+            let w = (HEADER + SLOT * i) / 8 + 1;
+            self.page.set_word(w, self.page.word(w) & 0xFFFF_FFFF | u64::from(child) << 32);
+        }
+    }
+
+    /// Writes the search array for the current slots (search-array layouts; a no-op
+    /// otherwise): in place while its capacity suffices (always after a removal), else in fresh
+    /// heap space with a quarter spare so the next inserts rebuild in place, the old array
+    /// becoming garbage. Returns false if it does not fit.
+    pub(crate) fn rebuild_search_array(self, layout: Layout) -> bool {
+        if !uses_search_array(layout) {
+            return true;
+        }
+        let n = self.count();
+        let sorted: Vec<u64> = (0..n).map(|i| (self.head(i) >> 16) << 16 | i as u64).collect();
+        let entries = search::layout_from_sorted(layout, &sorted);
+        let (old_off, old_cap) = (self.page.u32_at(H_SEARCH_OFF) as usize, self.search_capacity());
+        let off = if old_off != 0 && old_cap >= entries.len() {
+            old_off
+        } else {
+            let spare = layout_len(layout, n + n / 4 + 8);
+            let (off, cap) = match self.alloc(spare * SEARCH_ENTRY, 8) {
+                Some(off) => (off, spare),
+                None => match self.alloc(entries.len() * SEARCH_ENTRY, 8) {
+                    Some(off) => (off, entries.len()),
+                    None => return false,
+                },
+            };
+            if old_off != 0 {
+                self.add_garbage(old_cap * SEARCH_ENTRY);
+            }
+            self.page.set_u32(H_SEARCH_CAP, cap as u32);
+            off
+        };
+        for (k, e) in entries.iter().enumerate() {
+            self.page.set_word(off / 8 + k, *e);
+        }
+        self.page.set_u32(H_SEARCH_OFF, off as u32);
+        self.page.set_u32(H_SEARCH_LEN, entries.len() as u32);
+        true
+    }
+}
+
+/// Search-array entries for `n` slots (the B-tree layout pads to whole blocks).
+fn layout_len(layout: Layout, n: usize) -> usize {
+    search::layout_len::<u64>(layout, n)
+}
+
+/// Whether `layout` searches a separate array rather than the slot array.
+pub(crate) fn uses_search_array(layout: Layout) -> bool {
+    matches!(layout, Layout::Eytzinger | Layout::BTree)
+}
+
+/// Bytes of a search array for `n` slots, with alignment slack.
+pub(crate) fn search_array_bytes(layout: Layout, n: usize) -> usize {
+    layout_len(layout, n) * SEARCH_ENTRY + 8
+}
+
+/// The slot array's heads, as a sequence the search kernels can probe in place.
+struct SlotHeads<'a> {
+    page: &'a Page,
+    n: usize,
+}
+
+impl search::Probe for SlotHeads<'_> {
+    type Key = u64;
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> u64 {
+        self.page.word((HEADER + SLOT * i) / 8)
+    }
+
+    #[inline]
+    fn prefetch(&self, i: usize) {
+        if i < self.n {
+            self.page.prefetch(HEADER + SLOT * i);
+        }
+    }
+}
+
+/// Everything needed to write a fresh node: kind, fences, entries in key order.
+pub(crate) struct NodeSpec<'a> {
+    pub leaf: bool,
+    pub level: u8,
+    pub lower: Option<&'a [u8]>,
+    pub upper: Option<&'a [u8]>,
+    /// Inner nodes: the child for keys at or above the last separator.
+    pub upper_child: u32,
+}
+
+/// One entry of a node being rebuilt: full key, then value bytes (leaf; the overflow reference
+/// when `flags` has [`FLAG_OVERFLOW`]) or child id (inner).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub flags: u16,
+    pub child: u32,
+}
+
+impl Entry {
+    /// Reads slot `i` of `node` as an entry.
+    pub(crate) fn read(node: NodeRef<'_>, i: usize) -> Entry {
+        if node.is_leaf() {
+            let mut value = Vec::new();
+            node.value_into(i, &mut value);
+            Entry { key: node.key(i), value, flags: node.value_ref(i).flags, child: 0 }
+        } else {
+            Entry { key: node.key(i), value: Vec::new(), flags: 0, child: node.child(i) }
+        }
+    }
+
+    /// Every entry of `node`, in order.
+    pub(crate) fn read_all(node: NodeRef<'_>) -> Vec<Entry> {
+        (0..node.count()).map(|i| Entry::read(node, i)).collect()
+    }
+}
+
+/// The prefix shared by every key in `[lower, upper)`: the fences' common prefix, when both
+/// exist.
+pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> usize {
+    match (lower, upper) {
+        (Some(l), Some(u)) => l.iter().zip(u).take_while(|(a, b)| a == b).count(),
+        _ => 0,
+    }
+}
+
+/// Bytes a node built from `spec` and `entries` needs (header included).
+pub(crate) fn required_space(spec: &NodeSpec<'_>, entries: &[Entry], layout: Layout) -> usize {
+    let prefix = common_prefix_len(spec.lower, spec.upper);
+    let fences = spec.lower.map_or(0, <[u8]>::len) + spec.upper.map_or(0, <[u8]>::len);
+    let records: usize = entries.iter().map(|e| e.key.len() - prefix + e.value.len()).sum();
+    let search = if uses_search_array(layout) { search_array_bytes(layout, entries.len()) } else { 0 };
+    HEADER + SLOT * entries.len() + records + fences + search
+}
+
+/// Writes a fresh node into `page` (which the caller holds exclusively, or owns): header,
+/// fences, records and slots, and the search array. The entries must fit
+/// ([`required_space`]) and lie in `[lower, upper)`.
+pub(crate) fn build(page: &Page, spec: &NodeSpec<'_>, entries: &[Entry], layout: Layout) {
+    let scratch = Page::new(page.size());
+    let node = NodeRef::new(&scratch);
+    scratch.set_uint(H_KIND, 1, u64::from(spec.leaf));
+    scratch.set_uint(H_LEVEL, 1, u64::from(spec.level));
+    scratch.set_u32(H_HEAP, scratch.size() as u32);
+    scratch.set_u32(H_UPPER, spec.upper_child);
+    let mut flags = 0;
+    if let Some(upper) = spec.upper {
+        let off = node.alloc(upper.len(), 1).expect("fits");
+        scratch.write(off, upper);
+        scratch.set_u16(H_UPPER_OFF, off as u16);
+        scratch.set_u16(H_UPPER_LEN, upper.len() as u16);
+        flags |= FENCE_UPPER;
+    }
+    if let Some(lower) = spec.lower {
+        let off = node.alloc(lower.len(), 1).expect("fits");
+        scratch.write(off, lower);
+        scratch.set_u16(H_LOWER_OFF, off as u16);
+        scratch.set_u16(H_LOWER_LEN, lower.len() as u16);
+        flags |= FENCE_LOWER;
+    }
+    scratch.set_u16(H_FLAGS, flags);
+    let prefix = common_prefix_len(spec.lower, spec.upper);
+    scratch.set_u16(H_PREFIX, prefix as u16);
+    for (i, e) in entries.iter().enumerate() {
+        debug_assert!(e.key.len() >= prefix);
+        let suffix = &e.key[prefix..];
+        let off = node.alloc(suffix.len() + e.value.len(), 1).expect("required_space checked by the caller");
+        scratch.write(off, suffix);
+        scratch.write(off + suffix.len(), &e.value);
+        let payload = if spec.leaf { e.value.len() as u32 | u32::from(e.flags) << 16 } else { e.child };
+        node.set_count(i + 1);
+        node.write_slot(i, head_of(suffix), off, suffix.len(), payload);
+    }
+    let rebuilt = node.rebuild_search_array(layout);
+    debug_assert!(rebuilt, "required_space counts the search array");
+    page.copy_from(&scratch);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(lower: Option<&[u8]>, upper: Option<&[u8]>, keys: &[&[u8]], layout: Layout) -> Page {
+        let page = Page::new(4096);
+        let spec = NodeSpec { leaf: true, level: 0, lower, upper, upper_child: 0 };
+        let entries: Vec<Entry> =
+            keys.iter().map(|k| Entry { key: k.to_vec(), value: k.repeat(2), flags: 0, child: 0 }).collect();
+        assert!(required_space(&spec, &entries, layout) <= 4096);
+        build(&page, &spec, &entries, layout);
+        page
+    }
+
+    const LAYOUTS: [Layout; 4] = [Layout::Sorted, Layout::BranchFree, Layout::Eytzinger, Layout::BTree];
+
+    #[test]
+    fn search_finds_lower_and_upper_bounds_in_every_layout() {
+        let keys: Vec<Vec<u8>> = (0..60u32).map(|i| format!("key{:05}", i * 3).into_bytes()).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        for layout in LAYOUTS {
+            for (lower, upper) in [(None, None), (Some(&b"key"[..]), Some(&b"kez"[..]))] {
+                let page = leaf(lower, upper, &refs, layout);
+                let node = NodeRef::new(&page);
+                assert_eq!(node.count(), keys.len());
+                for q in 0..200u32 {
+                    let probe = format!("key{q:05}").into_bytes();
+                    let want_ge = keys.partition_point(|k| k < &probe);
+                    let want_gt = keys.partition_point(|k| k <= &probe);
+                    for pf in 0..=2 {
+                        assert_eq!(node.search(&probe, false, layout, pf), want_ge, "{layout:?} {q}");
+                        assert_eq!(node.search(&probe, true, layout, pf), want_gt, "{layout:?} {q}");
+                    }
+                }
+                for (i, k) in keys.iter().enumerate() {
+                    assert_eq!(node.key(i), *k);
+                    assert!(node.key_equals(i, k));
+                    let mut v = Vec::new();
+                    node.value_into(i, &mut v);
+                    assert_eq!(v, k.repeat(2));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn long_shared_heads_are_resolved_by_key_bytes() {
+        // Keys identical in their first 12 bytes: every head ties.
+        let keys: Vec<Vec<u8>> = (0..40u32).map(|i| format!("samesameSAME{i:04}").into_bytes()).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        for layout in LAYOUTS {
+            let page = leaf(None, None, &refs, layout);
+            let node = NodeRef::new(&page);
+            for q in 0..45u32 {
+                let probe = format!("samesameSAME{q:04}").into_bytes();
+                assert_eq!(node.search(&probe, false, layout, 1), keys.partition_point(|k| k < &probe));
+            }
+            assert_eq!(node.search(b"samesameSAME", false, layout, 0), 0);
+            assert_eq!(node.search(b"samesameSAMF", false, layout, 0), keys.len());
+        }
+    }
+
+    #[test]
+    fn keys_outside_the_prefix_land_at_the_ends() {
+        let keys: [&[u8]; 3] = [b"pre-a", b"pre-m", b"pre-z"];
+        for layout in LAYOUTS {
+            let page = leaf(Some(b"pre-"), Some(b"pre-~"), &keys, layout);
+            let node = NodeRef::new(&page);
+            assert_eq!(node.prefix_len(), 4);
+            assert_eq!(node.search(b"aaa", false, layout, 0), 0);
+            assert_eq!(node.search(b"pre", false, layout, 0), 0);
+            assert_eq!(node.search(b"zzz", false, layout, 0), 3);
+            assert_eq!(node.search(b"pre-m", true, layout, 0), 2);
+        }
+    }
+
+    #[test]
+    fn insert_and_remove_in_place_keep_order() {
+        for layout in LAYOUTS {
+            let page = leaf(None, None, &[], layout);
+            let node = NodeRef::new(&page);
+            let mut model: Vec<Vec<u8>> = Vec::new();
+            for i in 0..50u32 {
+                let k = format!("{:x}", i.wrapping_mul(2_654_435_761)).into_bytes();
+                let pos = node.search(&k, false, layout, 0);
+                assert_eq!(pos, model.partition_point(|m| m < &k));
+                assert!(node.fits_in_place(k.len(), 3, layout), "room for 50 small entries");
+                node.insert_at(pos, &k, b"val", 3, layout);
+                model.insert(pos, k);
+            }
+            assert_eq!((0..node.count()).map(|i| node.key(i)).collect::<Vec<_>>(), model);
+            while let Some(k) = model.pop() {
+                let pos = node.search(&k, false, layout, 2);
+                assert!(node.key_equals(pos, &k));
+                node.remove_at(pos, layout);
+                assert_eq!(node.count(), model.len());
+            }
+            assert!(node.garbage() > 0);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! A page: `page_size / 8` atomic 64-bit words, addressed by byte offset.
+//!
+//! Pages are read by optimistic readers while a writer may be changing them, so every byte is
+//! reached through a relaxed atomic load or store (plain moves on x86-64 and AArch64): no data
+//! race, hence no undefined behaviour (see `sync/hybrid.rs`). What an optimistic reader reads may
+//! be inconsistent until it validates, including offsets and lengths; so **every accessor here
+//! tolerates any offset and length**: bytes past the end read as zero, writes past the end are
+//! ignored, and nothing panics. Writers (holding the node exclusively) always pass valid ranges.
+//!
+//! Bytes are stored little-endian within words, so a page's bytes in memory are its bytes in
+//! order on little-endian machines, and multi-byte fields are little-endian.
+
+use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A page's memory.
+pub(crate) struct Page {
+    words: Box<[AtomicU64]>,
+}
+
+impl Page {
+    /// A zeroed page of `size` bytes (a multiple of 8).
+    pub(crate) fn new(size: usize) -> Page {
+        debug_assert!(size % 8 == 0);
+        Page { words: (0..size / 8).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The page size in bytes.
+    #[inline]
+    pub(crate) fn size(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// The words, for kernels that search a region in place.
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        &self.words
+    }
+
+    /// Word `i`, or 0 past the end.
+    #[inline]
+    pub(crate) fn word(&self, i: usize) -> u64 {
+        self.words.get(i).map_or(0, |w| w.load(Relaxed))
+    }
+
+    /// Sets word `i` (ignored past the end).
+    #[inline]
+    pub(crate) fn set_word(&self, i: usize, v: u64) {
+        if let Some(w) = self.words.get(i) {
+            w.store(v, Relaxed);
+        }
+    }
+
+    /// The 8 bytes starting at byte `off`, as a little-endian integer (zero past the end).
+    #[inline]
+    pub(crate) fn load8(&self, off: usize) -> u64 {
+        let (w, sh) = (off / 8, (off % 8) * 8);
+        let lo = self.word(w) >> sh;
+        if sh == 0 {
+            lo
+        } else {
+            lo | self.word(w.saturating_add(1)) << (64 - sh)
+        }
+    }
+
+    /// The `len <= 8` bytes at `off` as a little-endian integer.
+    #[inline]
+    pub(crate) fn uint_at(&self, off: usize, len: usize) -> u64 {
+        let v = self.load8(off);
+        if len >= 8 {
+            v
+        } else {
+            v & ((1u64 << (len * 8)) - 1)
+        }
+    }
+
+    #[inline]
+    pub(crate) fn u16_at(&self, off: usize) -> u16 {
+        self.uint_at(off, 2) as u16
+    }
+
+    #[inline]
+    pub(crate) fn u32_at(&self, off: usize) -> u32 {
+        self.uint_at(off, 4) as u32
+    }
+
+    /// Writes the low `len <= 8` bytes of `v` at `off` (exclusive holders only).
+    pub(crate) fn set_uint(&self, off: usize, len: usize, v: u64) {
+        self.write(off, &v.to_le_bytes()[..len]);
+    }
+
+    pub(crate) fn set_u16(&self, off: usize, v: u16) {
+        self.set_uint(off, 2, u64::from(v));
+    }
+
+    pub(crate) fn set_u32(&self, off: usize, v: u32) {
+        self.set_uint(off, 4, u64::from(v));
+    }
+
+    /// Appends the `len` bytes at `off` to `out` (bytes past the end read as zero; `len` is
+    /// capped at the page size, so garbage lengths cannot exhaust memory).
+    pub(crate) fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        let len = len.min(self.size());
+        out.reserve(len);
+        let mut i = 0;
+        while i < len {
+            let chunk = self.load8(off.saturating_add(i)).to_le_bytes();
+            let take = (len - i).min(8);
+            out.extend_from_slice(&chunk[..take]);
+            i += take;
+        }
+    }
+
+    /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
+    pub(crate) fn write(&self, off: usize, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            let (w, start) = ((off + i) / 8, (off + i) % 8);
+            let take = (8 - start).min(bytes.len() - i);
+            if start == 0 && take == 8 {
+                let v = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+                self.set_word(w, v);
+            } else {
+                let mut word = self.word(w).to_le_bytes();
+                word[start..start + take].copy_from_slice(&bytes[i..i + take]);
+                self.set_word(w, u64::from_le_bytes(word));
+            }
+            i += take;
+        }
+    }
+
+    /// Copies every word of `other` (same size) into this page (exclusive holders only).
+    pub(crate) fn copy_from(&self, other: &Page) {
+        for (dst, src) in self.words.iter().zip(other.words.iter()) {
+            dst.store(src.load(Relaxed), Relaxed);
+        }
+    }
+
+    /// Compares the `len` stored bytes at `off` with `key`, lexicographically.
+    #[inline]
+    pub(crate) fn compare(&self, off: usize, len: usize, key: &[u8]) -> Ordering {
+        let len = len.min(self.size());
+        let common = len.min(key.len());
+        let mut i = 0;
+        while i < common {
+            let take = (common - i).min(8);
+            let stored = be_prefix(self.load8(off.saturating_add(i)).to_le_bytes(), take);
+            let given = head_of(&key[i..i + take]);
+            match stored.cmp(&given) {
+                Ordering::Equal => i += take,
+                other => return other,
+            }
+        }
+        len.cmp(&key.len())
+    }
+
+    /// Asks the CPU to bring the cache line holding byte `off` into L1.
+    #[inline]
+    pub(crate) fn prefetch(&self, off: usize) {
+        if let Some(w) = self.words.get(off / 8) {
+            prefetch_line(w);
+        }
+    }
+}
+
+/// The first `take` bytes of `bytes` as a big-endian integer, zero-padded to 8 bytes.
+#[inline]
+fn be_prefix(bytes: [u8; 8], take: usize) -> u64 {
+    let v = u64::from_be_bytes(bytes);
+    if take >= 8 {
+        v
+    } else {
+        v & !(u64::MAX >> (take * 8))
+    }
+}
+
+/// The key head: the first 8 bytes of `key` as a big-endian integer, zero-padded. Heads that
+/// differ order their keys the same way the keys are ordered; equal heads say nothing.
+#[inline]
+pub(crate) fn head_of(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// Prefetches the cache line holding `w` for reading.
+#[inline(always)]
+pub(crate) fn prefetch_line<T>(w: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint: it never faults and has no architectural effect; the
+    // address comes from a live reference.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>((w as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = w;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_roundtrip_at_every_alignment() {
+        let p = Page::new(64);
+        for off in 0..20 {
+            for len in 0..30 {
+                let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37).wrapping_add(off as u8)).collect();
+                p.write(off, &data);
+                let mut out = Vec::new();
+                p.read_into(off, len, &mut out);
+                assert_eq!(out, data, "off {off} len {len}");
+                assert_eq!(p.compare(off, len, &data), Ordering::Equal);
+            }
+        }
+        p.set_u16(7, 0xBEEF);
+        assert_eq!(p.u16_at(7), 0xBEEF);
+        p.set_u32(13, 0xDEAD_BEEF);
+        assert_eq!(p.u32_at(13), 0xDEAD_BEEF);
+        assert_eq!(p.u16_at(7), 0xBEEF, "neighbouring field untouched");
+    }
+
+    #[test]
+    fn compare_is_lexicographic() {
+        let p = Page::new(64);
+        let cases: [(&[u8], &[u8]); 7] = [
+            (b"abc", b"abd"),
+            (b"ab", b"abc"),
+            (b"ab\0", b"ab"),
+            (b"123456789", b"12345678"),
+            (b"12345678x", b"12345678y"),
+            (b"", b"a"),
+            (b"\xff", b"\x00"),
+        ];
+        for (a, b) in cases {
+            p.write(3, a);
+            assert_eq!(p.compare(3, a.len(), b), a.cmp(b), "{a:?} vs {b:?}");
+            let (ha, hb) = (head_of(a), head_of(b));
+            assert!(ha == hb || ha.cmp(&hb) == a.cmp(b), "heads that differ order their keys");
+        }
+    }
+
+    #[test]
+    fn garbage_offsets_and_lengths_never_panic() {
+        let p = Page::new(64);
+        let mut out = Vec::new();
+        p.read_into(usize::MAX / 2, 100, &mut out);
+        assert!(out.iter().all(|&b| b == 0));
+        out.clear();
+        p.read_into(60, usize::MAX, &mut out);
+        assert_eq!(out.len(), 64, "lengths are capped at the page size");
+        assert_eq!(p.compare(1000, 5, b"abc"), Ordering::Less, "past the end reads as zeros");
+        assert_eq!(p.load8(usize::MAX - 7), 0);
+        p.write(62, b"abcd"); // the part past the end is dropped
+        assert_eq!(p.u16_at(62), u16::from_le_bytes(*b"ab"));
+        p.prefetch(usize::MAX);
+    }
+}

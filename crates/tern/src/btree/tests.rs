@@ -1,0 +1,276 @@
+//! The tree against a model (`BTreeMap`), and under concurrency.
+
+use super::*;
+use crate::Error;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread;
+
+const LAYOUTS: [Layout; 4] = [Layout::Sorted, Layout::BranchFree, Layout::Eytzinger, Layout::BTree];
+
+fn tree(layout: Layout, page_size: usize) -> BTree {
+    BTree::new(TreeConfig { page_size, layout, prefetch: 2 }).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Vec<u8>, Vec<u8>),
+    Upsert(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Get(Vec<u8>),
+    Range(Vec<u8>, Vec<u8>, bool),
+}
+
+/// Keys that share long prefixes (so heads tie and prefixes get truncated), short keys, and
+/// keys of the maximum length for 4 KiB pages.
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => (0u32..400).prop_map(|i| format!("user/{:08}", i * 7).into_bytes()),
+        2 => (0u32..200).prop_map(|i| format!("common-prefix-that-is-long/{i:04}").into_bytes()),
+        2 => proptest::collection::vec(any::<u8>(), 1..12),
+        1 => (0u8..8).prop_map(|b| vec![b'z'; 512 - usize::from(b)]),
+        1 => (0u8..4).prop_map(|b| vec![b]),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => proptest::collection::vec(any::<u8>(), 0..40),
+        1 => (0usize..3000).prop_map(|n| vec![0xAB; n]),
+        1 => (4000usize..20_000).prop_map(|n| (0..n).map(|i| (i % 253) as u8).collect()),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (key(), value()).prop_map(|(k, v)| Op::Insert(k, v)),
+        3 => (key(), value()).prop_map(|(k, v)| Op::Upsert(k, v)),
+        3 => key().prop_map(Op::Delete),
+        2 => key().prop_map(Op::Get),
+        1 => (key(), key(), any::<bool>()).prop_map(|(a, b, rev)| Op::Range(a, b, rev)),
+    ]
+}
+
+fn run_against_model(layout: Layout, page_size: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let t = tree(layout, page_size);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for op in ops {
+        match op {
+            Op::Insert(k, v) => {
+                let fresh = !model.contains_key(k);
+                prop_assert_eq!(t.insert(k, v).unwrap(), fresh);
+                model.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            Op::Upsert(k, v) => {
+                prop_assert_eq!(t.upsert(k, v).unwrap(), model.insert(k.clone(), v.clone()).is_some());
+            }
+            Op::Delete(k) => prop_assert_eq!(t.delete(k).unwrap(), model.remove(k).is_some()),
+            Op::Get(k) => prop_assert_eq!(t.get(k).unwrap(), model.get(k).cloned()),
+            Op::Range(a, b, rev) => {
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                let want: Vec<(Vec<u8>, Vec<u8>)> =
+                    model.range(lo.clone()..hi.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
+                let got: Vec<(Vec<u8>, Vec<u8>)> = if *rev {
+                    let mut g: Vec<_> = t.range(&lo[..]..&hi[..]).rev().collect();
+                    g.reverse();
+                    g
+                } else {
+                    t.range(&lo[..]..&hi[..]).collect()
+                };
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+    let shape = t.check().map_err(TestCaseError::fail)?;
+    prop_assert_eq!(shape.keys, model.len());
+    let all: Vec<(Vec<u8>, Vec<u8>)> = t.range(..).collect();
+    prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_model_small_pages(layout in 0usize..4, ops in proptest::collection::vec(op(), 1..600)) {
+        run_against_model(LAYOUTS[layout], 4096, &ops)?;
+    }
+
+    #[test]
+    fn matches_model_large_pages(layout in 0usize..4, ops in proptest::collection::vec(op(), 1..400)) {
+        run_against_model(LAYOUTS[layout], 65536, &ops)?;
+    }
+}
+
+#[test]
+fn grows_and_shrinks_through_splits_and_merges_in_every_layout() {
+    for layout in LAYOUTS {
+        let t = tree(layout, 4096);
+        let key = |i: u32| format!("k{:07}", i.wrapping_mul(2_654_435_761_u32) % 1_000_000).into_bytes();
+        let mut model = BTreeMap::new();
+        for i in 0..20_000 {
+            t.upsert(&key(i), &i.to_le_bytes()).unwrap();
+            model.insert(key(i), i.to_le_bytes().to_vec());
+        }
+        let grown = t.check().unwrap();
+        assert!(grown.height >= 3, "{layout:?}: {grown:?}");
+        assert_eq!(grown.keys, model.len());
+        for i in (0..20_000).filter(|i| i % 10 != 0) {
+            assert!(t.delete(&key(i)).unwrap());
+            model.remove(&key(i));
+        }
+        let shrunk = t.check().unwrap();
+        assert_eq!(shrunk.keys, model.len());
+        assert!(shrunk.leaves * 3 < grown.leaves, "{layout:?}: merges reclaim leaves: {grown:?} -> {shrunk:?}");
+        assert!(t.stats().merges > 0 && t.stats().splits > 0);
+        for (k, v) in &model {
+            assert_eq!(t.get(k).unwrap().as_ref(), Some(v));
+        }
+        for k in model.keys() {
+            assert!(t.delete(k).unwrap());
+        }
+        let empty = t.check().unwrap();
+        assert_eq!((empty.keys, empty.height), (0, 1), "{layout:?}: {empty:?}");
+    }
+}
+
+#[test]
+fn cursors_walk_both_ways_across_leaves() {
+    let t = tree(Layout::Eytzinger, 4096);
+    let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| format!("{:06}", i * 2).into_bytes()).collect();
+    for k in &keys {
+        t.insert(k, b"v").unwrap();
+    }
+    let mut c = t.cursor();
+    assert!(c.seek(b"000101"));
+    assert_eq!(c.key(), Some(&b"000102"[..]));
+    let mut seen = vec![c.key().unwrap().to_vec()];
+    while c.next_entry() {
+        seen.push(c.key().unwrap().to_vec());
+    }
+    assert_eq!(seen, keys[51..]);
+    assert!(c.seek_for_prev(b"000101"));
+    assert_eq!(c.key(), Some(&b"000100"[..]));
+    let mut back = vec![c.key().unwrap().to_vec()];
+    while c.prev_entry() {
+        back.push(c.key().unwrap().to_vec());
+    }
+    back.reverse();
+    assert_eq!(back, keys[..51]);
+    assert!(c.seek_last() && c.key() == Some(keys.last().unwrap().as_slice()));
+    assert!(c.seek_first() && c.key() == Some(keys[0].as_slice()));
+    assert!(!t.cursor().seek(b"999999"));
+    let mid: Vec<_> = t.range(&b"001000"[..]..=&b"001010"[..]).rev().map(|(k, _)| k).collect();
+    assert_eq!(mid, [b"001010", b"001008", b"001006", b"001004", b"001002", b"001000"].map(|k| k.to_vec()));
+}
+
+#[test]
+fn bad_keys_and_values_get_clear_errors() {
+    let t = tree(Layout::Sorted, 4096);
+    assert!(matches!(t.insert(b"", b"v"), Err(Error::KeyEmpty)));
+    assert!(matches!(t.get(b""), Err(Error::KeyEmpty)));
+    let long = vec![1u8; t.max_key_len() + 1];
+    assert!(matches!(t.upsert(&long, b"v"), Err(Error::KeyTooLarge { len: 513, max: 512 })));
+    assert!(matches!(t.delete(&long), Err(Error::KeyTooLarge { .. })));
+    assert!(t.insert(&long[..512], b"max key is fine").unwrap());
+    assert!(BTree::new(TreeConfig { page_size: 3000, ..TreeConfig::DEFAULT }).is_err());
+    assert!(BTree::new(TreeConfig { page_size: 1 << 17, ..TreeConfig::DEFAULT }).is_err());
+    assert!(BTree::new(TreeConfig { prefetch: 3, ..TreeConfig::DEFAULT }).is_err());
+    assert!(t.set_prefetch(9).is_err());
+    let message = t.insert(b"", b"").unwrap_err().to_string();
+    assert!(message.contains("empty key"), "{message}");
+}
+
+#[test]
+fn large_values_live_in_overflow_pages_and_are_freed() {
+    let t = tree(Layout::BTree, 4096);
+    let big: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
+    assert!(t.insert(b"big", &big).unwrap());
+    assert_eq!(t.get(b"big").unwrap(), Some(big.clone()));
+    let pages_with_big = t.stats().pages;
+    assert!(pages_with_big > 10);
+    assert!(t.upsert(b"big", b"small now").unwrap());
+    assert!(!t.insert(b"big", &big).unwrap(), "insert does not replace");
+    assert!(t.delete(b"big").unwrap());
+    for _ in 0..256 {
+        crossbeam_epoch::pin().flush();
+    }
+    assert!(t.stats().pages < pages_with_big, "overflow pages are reclaimed: {:?}", t.stats());
+}
+
+/// Writers on disjoint and overlapping key ranges, readers checking that every value they see
+/// is one some writer wrote for that key, and scanners checking order; then a full check.
+#[test]
+fn concurrent_writers_readers_and_scanners_keep_the_tree_valid() {
+    const WRITERS: u32 = 3;
+    const OPS: u32 = 6_000;
+    for layout in [Layout::Sorted, Layout::Eytzinger] {
+        let t = Arc::new(tree(layout, 4096));
+        let stop = Arc::new(AtomicBool::new(false));
+        let value_for = |key: &[u8], w: u32, i: u32| {
+            let mut v = key.to_vec();
+            v.extend_from_slice(format!("/{w}/{i}").as_bytes());
+            v
+        };
+        let key_for = |w: u32, i: u32| {
+            // Writer w owns keys ≡ w (mod WRITERS) in its first half; all share the second.
+            let k = if i % 2 == 0 { (i * WRITERS + w) % 5000 } else { i % 3000 };
+            format!("key{k:06}").into_bytes()
+        };
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let t = Arc::clone(&t);
+                thread::spawn(move || {
+                    for i in 0..OPS {
+                        let k = key_for(w, i);
+                        match i % 5 {
+                            0..=2 => {
+                                t.upsert(&k, &value_for(&k, w, i)).unwrap();
+                            }
+                            3 => {
+                                t.delete(&k).unwrap();
+                            }
+                            _ => {
+                                t.insert(&k, &value_for(&k, w, i)).unwrap();
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
+                thread::spawn(move || {
+                    let mut checked = 0u64;
+                    let mut i: u32 = r;
+                    while !stop.load(Relaxed) {
+                        i = i.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                        let k = format!("key{:06}", i % 5000).into_bytes();
+                        if let Some(v) = t.get(&k).unwrap() {
+                            assert!(v.starts_with(&k) && v[k.len()] == b'/', "value {v:?} for {k:?}");
+                            checked += 1;
+                        }
+                        if i % 64 == 0 {
+                            let scan: Vec<_> = t.range(&b"key001000"[..]..&b"key001500"[..]).map(|(k, _)| k).collect();
+                            assert!(scan.windows(2).all(|w| w[0] < w[1]), "scan out of order");
+                            let back: Vec<_> = t.range(&b"key002000"[..]..).rev().take(50).map(|(k, _)| k).collect();
+                            assert!(back.windows(2).all(|w| w[0] > w[1]), "reverse scan out of order");
+                        }
+                    }
+                    checked
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|h| h.join().unwrap());
+        stop.store(true, Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        let shape = t.check().unwrap();
+        let counted = t.range(..).count();
+        assert_eq!(shape.keys, counted);
+    }
+}

@@ -1,0 +1,757 @@
+//! `BTree`: point operations with optimistic lock coupling, splits and merges.
+//!
+//! Every operation pins the epoch, then descends from the root:
+//!
+//! * **Readers** read a node's version, search it, look up and read the child's version, then
+//!   validate the parent's version; any change restarts from the root. After
+//!   `OPTIMISTIC_ATTEMPTS` restarts a reader falls back to shared-mode lock coupling, which
+//!   cannot starve.
+//! * **Writers** descend the same way. An inner node that could not take one more
+//!   maximal separator is split on the way down (parent and node upgraded to exclusive), then the
+//!   operation restarts; so a leaf split always finds room in its parent. At the leaf, the writer
+//!   upgrades the leaf alone when the change fits, and the parent and the leaf when it splits.
+//! * **Deletes** leave an underfull node (a quarter full or less) to a best-effort merge pass
+//!   afterwards: parent, then left, then right sibling upgraded; merged if the result fits in one
+//!   page; the separator removed from the parent, which may cascade upwards; an inner root left
+//!   with a single child is replaced by it.
+//!
+//! Latch order is parent before child and left before right, so writers cannot deadlock.
+
+use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_OVERFLOW, HEADER};
+use super::overflow;
+use super::pages::{Node, PageTable};
+use super::search::Layout;
+use crate::sync::{OptimisticGuard, Restart};
+use crate::{Error, Result};
+use crossbeam_epoch::Guard;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+
+/// Optimistic attempts before a reader takes shared latches.
+const OPTIMISTIC_ATTEMPTS: u32 = 8;
+/// The largest value the tree stores.
+pub const MAX_VALUE: usize = 1 << 30;
+
+/// How a tree is built and searched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeConfig {
+    /// Page size in bytes: a power of two from 4 KiB to 64 KiB.
+    pub page_size: usize,
+    /// The node search layout; fixed for the tree's life (it shapes the pages).
+    pub layout: Layout,
+    /// Software-prefetch depth, 0 to 2; can be changed at any time.
+    pub prefetch: u8,
+}
+
+impl TreeConfig {
+    /// The default: 16 KiB pages, Eytzinger layout, prefetch depth 2 (chosen by
+    /// `tern bench tree`; see docs/btree.md).
+    pub const DEFAULT: TreeConfig = TreeConfig { page_size: 16 * 1024, layout: Layout::Eytzinger, prefetch: 2 };
+
+    fn validate(&self) -> Result<()> {
+        if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
+            return Err(Error::InvalidArgument(format!(
+                "page size must be a power of two from 4096 to 65536 bytes, got {}",
+                self.page_size
+            )));
+        }
+        if self.prefetch > 2 {
+            return Err(Error::InvalidArgument(format!("prefetch depth must be 0, 1 or 2, got {}", self.prefetch)));
+        }
+        Ok(())
+    }
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        TreeConfig::DEFAULT
+    }
+}
+
+/// Counters of one tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TreeStats {
+    /// Operation restarts after a failed optimistic validation.
+    pub restarts: u64,
+    /// Node splits (leaf and inner, root included).
+    pub splits: u64,
+    /// Node merges.
+    pub merges: u64,
+    /// Nodes rebuilt in place to reclaim garbage.
+    pub compactions: u64,
+    /// Pages in use (nodes and overflow pages).
+    pub pages: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    restarts: CachePadded<AtomicU64>,
+    splits: CachePadded<AtomicU64>,
+    merges: CachePadded<AtomicU64>,
+    compactions: CachePadded<AtomicU64>,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
+
+/// A concurrent B+tree of byte-string keys and values.
+pub struct BTree {
+    pub(crate) pages: PageTable,
+    root: AtomicU32,
+    pub(crate) layout: Layout,
+    prefetch: AtomicU8,
+    counters: Counters,
+}
+
+/// Whether `put` may replace an existing value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PutMode {
+    InsertNew,
+    Upsert,
+}
+
+/// A node reached by a descent, with its id and optimistic version.
+pub(crate) struct Visit<'g> {
+    pub node: &'g Node,
+    pub pid: u32,
+    pub version: OptimisticGuard<'g, ()>,
+}
+
+/// The result of descending to a node: it, and its parent with the slot leading to it.
+pub(crate) struct Path<'g> {
+    pub at: Visit<'g>,
+    pub parent: Option<(Visit<'g>, usize)>,
+}
+
+/// How much room a node has for one more entry.
+enum Room {
+    InPlace,
+    AfterRebuild,
+    Split,
+}
+
+impl BTree {
+    /// An empty tree.
+    pub fn new(config: TreeConfig) -> Result<BTree> {
+        config.validate()?;
+        let tree = BTree {
+            pages: PageTable::new(config.page_size),
+            root: AtomicU32::new(0),
+            layout: config.layout,
+            prefetch: AtomicU8::new(config.prefetch),
+            counters: Counters::default(),
+        };
+        let guard = crossbeam_epoch::pin();
+        let (pid, root) = tree.pages.alloc(&guard);
+        let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
+        node::build(&root.page, &spec, &[], tree.layout);
+        tree.root.store(pid, Release);
+        Ok(tree)
+    }
+
+    /// The configuration the tree was built with (prefetch: the current depth).
+    pub fn config(&self) -> TreeConfig {
+        TreeConfig { page_size: self.pages.page_size(), layout: self.layout, prefetch: self.prefetch_depth() }
+    }
+
+    /// Changes the software-prefetch depth (0, 1 or 2) from the next operation on.
+    pub fn set_prefetch(&self, depth: u8) -> Result<()> {
+        TreeConfig { prefetch: depth, ..self.config() }.validate()?;
+        self.prefetch.store(depth, Relaxed);
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn prefetch_depth(&self) -> u8 {
+        self.prefetch.load(Relaxed)
+    }
+
+    /// The longest key this tree accepts: an eighth of a page.
+    pub fn max_key_len(&self) -> usize {
+        self.pages.page_size() / 8
+    }
+
+    /// Records (key + value) up to this size live in the leaf; larger values go to overflow pages.
+    fn max_inline(&self) -> usize {
+        self.pages.page_size() / 4
+    }
+
+    pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::KeyEmpty);
+        }
+        if key.len() > self.max_key_len() {
+            return Err(Error::KeyTooLarge { len: key.len(), max: self.max_key_len() });
+        }
+        Ok(())
+    }
+
+    /// Counters of this tree.
+    pub fn stats(&self) -> TreeStats {
+        TreeStats {
+            restarts: self.counters.restarts.load(Relaxed),
+            splits: self.counters.splits.load(Relaxed),
+            merges: self.counters.merges.load(Relaxed),
+            compactions: self.counters.compactions.load(Relaxed),
+            pages: self.pages.live_pages(),
+        }
+    }
+
+    pub(crate) fn count_restart(&self) {
+        Counters::bump(&self.counters.restarts);
+    }
+
+    // ---- descent ----
+
+    /// The root, optimistically; restarts if the root changed while it was being read.
+    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Result<Visit<'g>, Restart> {
+        let pid = self.root.load(Acquire);
+        let node = self.pages.get(pid, guard).ok_or(Restart)?;
+        let version = node.latch.optimistic();
+        if self.root.load(Acquire) != pid {
+            return Err(Restart);
+        }
+        Ok(Visit { node, pid, version })
+    }
+
+    /// Steps from `parent` to its child in slot `slot`: reads the child's version, then
+    /// validates the parent (so the child id was current).
+    #[inline]
+    pub(crate) fn child<'g>(&self, parent: &Visit<'g>, slot: usize, guard: &'g Guard) -> Result<Visit<'g>, Restart> {
+        let pid = NodeRef::new(&parent.node.page).child(slot);
+        let node = self.pages.get(pid, guard).ok_or(Restart)?;
+        if self.prefetch_depth() > 0 {
+            node.page.prefetch(0);
+        }
+        let version = node.latch.optimistic();
+        parent.version.validate()?;
+        Ok(Visit { node, pid, version })
+    }
+
+    /// Descends towards `key` to the node at `level` (0: the leaf). `before`: towards the
+    /// largest keys below `key` instead (used for backward scans).
+    pub(crate) fn descend<'g>(
+        &self,
+        key: &[u8],
+        level: u8,
+        before: bool,
+        guard: &'g Guard,
+    ) -> Result<Path<'g>, Restart> {
+        let (layout, pf) = (self.layout, self.prefetch_depth());
+        let mut at = self.root(guard)?;
+        let mut parent = None;
+        loop {
+            let n = NodeRef::new(&at.node.page);
+            if n.level() <= level || n.is_leaf() {
+                if n.level() != level {
+                    at.version.validate()?;
+                    return Err(Restart); // the tree shrank below `level` meanwhile
+                }
+                return Ok(Path { at, parent });
+            }
+            let slot = n.search(key, !before, layout, pf);
+            let child = self.child(&at, slot, guard)?;
+            parent = Some((at, slot));
+            at = child;
+        }
+    }
+
+    // ---- reads ----
+
+    /// The value stored under `key`, if any.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Copies the value stored under `key` into `out` (cleared first); false if absent.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.check_key(key)?;
+        let guard = crossbeam_epoch::pin();
+        for attempt in 0.. {
+            out.clear();
+            let found = if attempt < OPTIMISTIC_ATTEMPTS {
+                self.try_get(key, out, &guard)
+            } else {
+                self.get_shared(key, out, &guard)
+            };
+            match found {
+                Ok(found) => return Ok(found),
+                Err(Restart) => self.count_restart(),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<bool, Restart> {
+        let path = self.descend(key, 0, false, guard)?;
+        let leaf = NodeRef::new(&path.at.node.page);
+        let slot = leaf.search(key, false, self.layout, self.prefetch_depth());
+        let found = leaf.key_equals(slot, key);
+        if found {
+            self.read_value(leaf, slot, out, guard)?;
+        }
+        path.at.version.validate()?;
+        Ok(found)
+    }
+
+    /// Shared-mode lock coupling: slower, but it cannot be starved by writers.
+    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<bool, Restart> {
+        let pid = self.root.load(Acquire);
+        let mut node = self.pages.get(pid, guard).ok_or(Restart)?;
+        let mut held = node.latch.shared();
+        if self.root.load(Acquire) != pid {
+            return Err(Restart);
+        }
+        loop {
+            let n = NodeRef::new(&node.page);
+            if n.is_leaf() {
+                let slot = n.search(key, false, self.layout, 0);
+                let found = n.key_equals(slot, key);
+                if found {
+                    self.read_value(n, slot, out, guard)?;
+                }
+                return Ok(found);
+            }
+            let child = self.pages.get(n.child(n.search(key, true, self.layout, 0)), guard).ok_or(Restart)?;
+            let child_held = child.latch.shared();
+            drop(held);
+            (node, held) = (child, child_held);
+        }
+    }
+
+    /// Appends slot `slot`'s value to `out`, following an overflow chain if it has one.
+    pub(crate) fn read_value(
+        &self,
+        leaf: NodeRef<'_>,
+        slot: usize,
+        out: &mut Vec<u8>,
+        guard: &Guard,
+    ) -> Result<(), Restart> {
+        if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
+            let (first, len) = leaf.overflow_ref(slot);
+            overflow::read(&self.pages, first, len.min(MAX_VALUE), out, guard)
+        } else {
+            leaf.value_into(slot, out);
+            Ok(())
+        }
+    }
+
+    // ---- writes ----
+
+    /// Inserts `key` → `value` if `key` is absent; returns false (and changes nothing) if present.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.put(key, value, PutMode::InsertNew)
+    }
+
+    /// Inserts `key` → `value`, replacing any value stored under `key`; returns true if one was.
+    pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.put(key, value, PutMode::Upsert)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
+        self.check_key(key)?;
+        if value.len() > MAX_VALUE {
+            return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE });
+        }
+        let guard = crossbeam_epoch::pin();
+        // A large value goes to overflow pages first; the leaf stores a reference.
+        let (stored, flags) = if key.len() + value.len() > self.max_inline() {
+            let first = overflow::write(&self.pages, value, &guard);
+            let mut r = first.to_le_bytes().to_vec();
+            r.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            (r, FLAG_OVERFLOW)
+        } else {
+            (value.to_vec(), 0)
+        };
+        loop {
+            match self.try_put(key, &stored, flags, mode, &guard) {
+                Ok(existed) => {
+                    if existed && mode == PutMode::InsertNew && flags & FLAG_OVERFLOW != 0 {
+                        // Not inserted: the chain written above is unused.
+                        overflow::free(
+                            &self.pages,
+                            u32::from_le_bytes(stored[..4].try_into().expect("4")),
+                            value.len(),
+                            &guard,
+                        );
+                    }
+                    return Ok(if mode == PutMode::InsertNew { !existed } else { existed });
+                }
+                Err(Restart) => self.count_restart(),
+            }
+        }
+    }
+
+    /// One attempt at a put; `Ok(true)` if the key existed (and, for `Upsert`, was replaced).
+    fn try_put(&self, key: &[u8], value: &[u8], flags: u16, mode: PutMode, guard: &Guard) -> Result<bool, Restart> {
+        let (layout, pf) = (self.layout, self.prefetch_depth());
+        let mut at = self.root(guard)?;
+        let mut parent: Option<Visit<'_>> = None;
+        loop {
+            let n = NodeRef::new(&at.node.page);
+            if !n.is_leaf() {
+                match self.room(n, self.max_key_len(), 0) {
+                    Room::InPlace => {}
+                    room => {
+                        self.make_room(parent, at, room, guard)?;
+                        return Err(Restart);
+                    }
+                }
+                let slot = n.search(key, true, layout, pf);
+                let child = self.child(&at, slot, guard)?;
+                parent = Some(at);
+                at = child;
+                continue;
+            }
+            let slot = n.search(key, false, layout, pf);
+            let existed = n.key_equals(slot, key);
+            if existed && mode == PutMode::InsertNew {
+                at.version.validate()?;
+                return Ok(true);
+            }
+            match self.room(n, key.len(), value.len()) {
+                Room::InPlace => {
+                    let _x = at.version.into_exclusive()?;
+                    if existed {
+                        self.free_value(n, slot, guard);
+                        n.remove_at(slot, layout);
+                    }
+                    n.insert_at(slot, key, value, value.len() as u32 | u32::from(flags) << 16, layout);
+                }
+                Room::AfterRebuild => {
+                    let _x = at.version.into_exclusive()?;
+                    if existed {
+                        self.free_value(n, slot, guard);
+                    }
+                    let mut entries = Entry::read_all(n);
+                    let entry = Entry { key: key.to_vec(), value: value.to_vec(), flags, child: 0 };
+                    if existed {
+                        entries[slot] = entry;
+                    } else {
+                        entries.insert(slot, entry);
+                    }
+                    self.rebuild(n, &entries);
+                }
+                Room::Split => {
+                    self.make_room(parent, at, Room::Split, guard)?;
+                    return Err(Restart);
+                }
+            }
+            return Ok(existed);
+        }
+    }
+
+    /// Frees slot `slot`'s overflow chain, if it has one (the slot is about to go).
+    fn free_value(&self, leaf: NodeRef<'_>, slot: usize, guard: &Guard) {
+        if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
+            let (first, len) = leaf.overflow_ref(slot);
+            overflow::free(&self.pages, first, len, guard);
+        }
+    }
+
+    /// Whether `n` can take an entry with a key of `key_len` and a payload of `value_len` bytes.
+    fn room(&self, n: NodeRef<'_>, key_len: usize, value_len: usize) -> Room {
+        if n.fits_in_place(key_len, value_len, self.layout) {
+            Room::InPlace
+        } else if n.used_space() + n.entry_space(key_len, value_len, self.layout) <= self.pages.page_size() - HEADER {
+            Room::AfterRebuild
+        } else {
+            Room::Split
+        }
+    }
+
+    /// Rewrites `n` from `entries` with its own fences (the caller holds it exclusively).
+    fn rebuild(&self, n: NodeRef<'_>, entries: &[Entry]) {
+        let (lower, upper) = (n.lower_fence(), n.upper_fence());
+        let spec = NodeSpec {
+            leaf: n.is_leaf(),
+            level: n.level(),
+            lower: lower.as_deref(),
+            upper: upper.as_deref(),
+            upper_child: n.upper_child(),
+        };
+        node::build(n.page, &spec, entries, self.layout);
+        Counters::bump(&self.counters.compactions);
+    }
+
+    /// Compacts or splits `at` (with `parent`, the node above it, if any). Upgrades the
+    /// parent, then the node; any change since they were read is a `Restart`.
+    fn make_room(&self, parent: Option<Visit<'_>>, at: Visit<'_>, room: Room, guard: &Guard) -> Result<(), Restart> {
+        if let Room::AfterRebuild = room {
+            let _x = at.version.into_exclusive()?;
+            let n = NodeRef::new(&at.node.page);
+            self.rebuild(n, &Entry::read_all(n));
+            return Ok(());
+        }
+        match parent {
+            None => {
+                let _x = at.version.into_exclusive()?;
+                self.split(None, at.pid, NodeRef::new(&at.node.page), guard);
+            }
+            Some(p) => {
+                let _px = p.version.into_exclusive()?;
+                let _x = at.version.into_exclusive()?;
+                self.split(Some(NodeRef::new(&p.node.page)), at.pid, NodeRef::new(&at.node.page), guard);
+            }
+        }
+        Ok(())
+    }
+
+    /// Splits node `pid` in two, adding the separator to `parent`, or to a new root if it has
+    /// none. The caller holds both exclusively.
+    fn split(&self, parent: Option<NodeRef<'_>>, pid: u32, n: NodeRef<'_>, guard: &Guard) {
+        let entries = Entry::read_all(n);
+        let (lower, upper) = (n.lower_fence(), n.upper_fence());
+        let mid = split_point(&entries);
+        let (right_pid, right) = self.pages.alloc(guard);
+        let leaf = n.is_leaf();
+        let (separator, left_upper_child, right_entries) = if leaf {
+            (shortest_separator(&entries[mid - 1].key, &entries[mid].key), 0, &entries[mid..])
+        } else {
+            (entries[mid].key.clone(), entries[mid].child, &entries[mid + 1..])
+        };
+        let right_spec = NodeSpec {
+            leaf,
+            level: n.level(),
+            lower: Some(&separator),
+            upper: upper.as_deref(),
+            upper_child: n.upper_child(),
+        };
+        node::build(&right.page, &right_spec, right_entries, self.layout);
+        let left_spec = NodeSpec {
+            leaf,
+            level: n.level(),
+            lower: lower.as_deref(),
+            upper: Some(&separator),
+            upper_child: left_upper_child,
+        };
+        node::build(n.page, &left_spec, &entries[..mid], self.layout);
+        match parent {
+            Some(p) => {
+                let slot = p.search(&separator, true, self.layout, 0);
+                debug_assert_eq!(p.child(slot), pid, "the parent's slot for the split node");
+                p.set_child(slot, right_pid);
+                debug_assert!(p.fits_in_place(separator.len(), 0, self.layout), "eager splits leave room");
+                p.insert_at(slot, &separator, &[], pid, self.layout);
+            }
+            None => {
+                let (root_pid, root) = self.pages.alloc(guard);
+                let spec =
+                    NodeSpec { leaf: false, level: n.level() + 1, lower: None, upper: None, upper_child: right_pid };
+                let entry = Entry { key: separator, value: Vec::new(), flags: 0, child: pid };
+                node::build(&root.page, &spec, &[entry], self.layout);
+                self.root.store(root_pid, Release);
+            }
+        }
+        Counters::bump(&self.counters.splits);
+    }
+
+    /// Removes `key`; returns true if it was present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.check_key(key)?;
+        let guard = crossbeam_epoch::pin();
+        let (found, underfull) = loop {
+            match self.try_delete(key, &guard) {
+                Ok(done) => break done,
+                Err(Restart) => self.count_restart(),
+            }
+        };
+        if underfull {
+            self.merge_upwards(key, &guard);
+        }
+        Ok(found)
+    }
+
+    fn try_delete(&self, key: &[u8], guard: &Guard) -> Result<(bool, bool), Restart> {
+        let path = self.descend(key, 0, false, guard)?;
+        let leaf = NodeRef::new(&path.at.node.page);
+        let slot = leaf.search(key, false, self.layout, self.prefetch_depth());
+        if !leaf.key_equals(slot, key) {
+            path.at.version.validate()?;
+            return Ok((false, false));
+        }
+        let _x = path.at.version.into_exclusive()?;
+        self.free_value(leaf, slot, guard);
+        leaf.remove_at(slot, self.layout);
+        Ok((true, self.underfull(leaf)))
+    }
+
+    fn underfull(&self, n: NodeRef<'_>) -> bool {
+        n.used_space() <= self.pages.page_size() / 4
+    }
+
+    /// Merges the underfull node holding `key` at each level with a sibling, from the leaves
+    /// up, while merges succeed (best effort: gives up on repeated interference).
+    fn merge_upwards(&self, key: &[u8], guard: &Guard) {
+        let mut level = 0;
+        let mut attempts = 0;
+        while attempts < OPTIMISTIC_ATTEMPTS {
+            match self.try_merge(key, level, guard) {
+                Ok(Some(next)) => {
+                    level = next;
+                    attempts = 0;
+                }
+                Ok(None) => return,
+                Err(Restart) => attempts += 1,
+            }
+        }
+    }
+
+    /// Merges the node at `level` holding `key` with a sibling if it is underfull and the two
+    /// fit in one page; returns the parent's level if the parent may now be underfull.
+    fn try_merge(&self, key: &[u8], level: u8, guard: &Guard) -> Result<Option<u8>, Restart> {
+        let path = self.descend(key, level, false, guard)?;
+        let Some((parent, slot)) = path.parent else {
+            return Ok(None); // the root
+        };
+        let (n, p) = (NodeRef::new(&path.at.node.page), NodeRef::new(&parent.node.page));
+        if !self.underfull(n) {
+            return Ok(None);
+        }
+        // Merge with the right sibling, or the left one if this is the last child.
+        let (left_slot, sibling_slot) = if slot < p.count() {
+            (slot, slot + 1)
+        } else if slot > 0 {
+            (slot - 1, slot - 1)
+        } else {
+            return Ok(None);
+        };
+        let sibling = self.child(&parent, sibling_slot, guard)?;
+        let (left, right) = if sibling_slot > slot { (path.at, sibling) } else { (sibling, path.at) };
+        let (ln, rn) = (NodeRef::new(&left.node.page), NodeRef::new(&right.node.page));
+        if ln.used_space() + rn.used_space() > self.pages.page_size() * 3 / 4 {
+            parent.version.validate()?;
+            return Ok(None);
+        }
+        let _px = parent.version.into_exclusive()?;
+        let _lx = left.version.into_exclusive()?;
+        let _rx = right.version.into_exclusive()?;
+        let mut entries = Entry::read_all(ln);
+        if !ln.is_leaf() {
+            entries.push(Entry { key: p.key(left_slot), value: Vec::new(), flags: 0, child: ln.upper_child() });
+        }
+        entries.extend(Entry::read_all(rn));
+        let (lower, upper) = (ln.lower_fence(), rn.upper_fence());
+        let spec = NodeSpec {
+            leaf: ln.is_leaf(),
+            level: ln.level(),
+            lower: lower.as_deref(),
+            upper: upper.as_deref(),
+            upper_child: rn.upper_child(),
+        };
+        if node::required_space(&spec, &entries, self.layout) > self.pages.page_size() {
+            return Ok(None);
+        }
+        node::build(ln.page, &spec, &entries, self.layout);
+        p.remove_at(left_slot, self.layout);
+        p.set_child(left_slot, left.pid);
+        self.pages.free(right.pid, guard);
+        Counters::bump(&self.counters.merges);
+        if p.count() == 0 && self.root.load(Acquire) == parent.pid {
+            // An inner root with a single child: the child becomes the root.
+            self.root.store(left.pid, Release);
+            self.pages.free(parent.pid, guard);
+            return Ok(None);
+        }
+        Ok(self.underfull(p).then_some(level + 1))
+    }
+
+    /// Checks the tree's invariants (call while no other thread writes): keys strictly
+    /// increasing within every node and within its fences, children's fences matching their
+    /// separators, levels decreasing by one, leaves all at level 0. Returns the shape.
+    pub fn check(&self) -> std::result::Result<TreeShape, String> {
+        let guard = crossbeam_epoch::pin();
+        let root = self.root.load(Acquire);
+        let mut shape = TreeShape::default();
+        let node = self.pages.get(root, &guard).ok_or("the root page is missing")?;
+        let level = NodeRef::new(&node.page).level();
+        shape.height = usize::from(level) + 1;
+        self.check_node(root, None, None, level, &mut shape, &guard)?;
+        Ok(shape)
+    }
+
+    fn check_node(
+        &self,
+        pid: u32,
+        lower: Option<&[u8]>,
+        upper: Option<&[u8]>,
+        level: u8,
+        shape: &mut TreeShape,
+        guard: &Guard,
+    ) -> std::result::Result<(), String> {
+        let node = self.pages.get(pid, guard).ok_or(format!("page {pid} is missing"))?;
+        let n = NodeRef::new(&node.page);
+        let here = format!("page {pid} (level {})", n.level());
+        if n.level() != level || n.is_leaf() != (level == 0) {
+            return Err(format!("{here}: expected level {level}"));
+        }
+        if n.lower_fence().as_deref() != lower || n.upper_fence().as_deref() != upper {
+            return Err(format!(
+                "{here}: fences {:?}..{:?} differ from the parent's",
+                n.lower_fence(),
+                n.upper_fence()
+            ));
+        }
+        let keys: Vec<Vec<u8>> = (0..n.count()).map(|i| n.key(i)).collect();
+        if keys.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!("{here}: keys out of order"));
+        }
+        let in_range = |k: &Vec<u8>| lower.is_none_or(|l| k.as_slice() >= l) && upper.is_none_or(|u| k.as_slice() < u);
+        if let Some(k) = keys.iter().find(|k| !in_range(k)) {
+            return Err(format!("{here}: key {k:?} outside its fences"));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if n.search(k, false, self.layout, 0) != i {
+                return Err(format!("{here}: searching key {i} does not find it"));
+            }
+        }
+        if n.is_leaf() {
+            shape.leaves += 1;
+            shape.keys += keys.len();
+            return Ok(());
+        }
+        shape.inner += 1;
+        let mut low = lower.map(<[u8]>::to_vec);
+        for (i, k) in keys.iter().enumerate() {
+            self.check_node(n.child(i), low.as_deref(), Some(k), level - 1, shape, guard)?;
+            low = Some(k.clone());
+        }
+        self.check_node(n.upper_child(), low.as_deref(), upper, level - 1, shape, guard)
+    }
+}
+
+/// The shape of a tree, from [`BTree::check`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeShape {
+    /// Levels, leaves included.
+    pub height: usize,
+    pub leaves: usize,
+    pub inner: usize,
+    /// Keys in the leaves.
+    pub keys: usize,
+}
+
+/// Where to split `entries`: the first index of the right half, balancing bytes (1..len).
+fn split_point(entries: &[Entry]) -> usize {
+    let size = |e: &Entry| node::SLOT + e.key.len() + e.value.len();
+    let total: usize = entries.iter().map(size).sum();
+    let mut acc = 0;
+    for (i, e) in entries.iter().enumerate() {
+        acc += size(e);
+        if acc * 2 >= total {
+            return (i + 1).clamp(1, entries.len() - 1);
+        }
+    }
+    entries.len() / 2
+}
+
+/// The shortest key `s` with `left < s <= right` (for `left < right`): `right` cut just past
+/// the first byte where they differ (suffix truncation of separators).
+pub(crate) fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
+    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    right[..(common + 1).min(right.len())].to_vec()
+}
