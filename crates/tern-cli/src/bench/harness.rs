@@ -102,6 +102,22 @@ pub fn run_threads<F>(threads: usize, duration: Duration, body: F) -> Option<Sam
 where
     F: Fn(usize, &Control) -> ThreadResult + Sync,
 {
+    run(threads, Some(duration), body)
+}
+
+/// Runs `body` on `threads` threads until each returns (fixed work, e.g. "insert N keys");
+/// `Control::running` turns false only on Ctrl-C. `None` if interrupted.
+pub fn run_threads_to_completion<F>(threads: usize, body: F) -> Option<Sample>
+where
+    F: Fn(usize, &Control) -> ThreadResult + Sync,
+{
+    run(threads, None, body)
+}
+
+fn run<F>(threads: usize, duration: Option<Duration>, body: F) -> Option<Sample>
+where
+    F: Fn(usize, &Control) -> ThreadResult + Sync,
+{
     let control = Control { stop: CachePadded::new(AtomicBool::new(false)) };
     let barrier = Barrier::new(threads + 1);
     let (results, secs) = std::thread::scope(|s| {
@@ -116,8 +132,10 @@ where
             .collect();
         barrier.wait();
         let start = Instant::now();
-        while start.elapsed() < duration && !interrupted() {
-            std::thread::sleep((duration.saturating_sub(start.elapsed())).min(Duration::from_millis(50)));
+        let finished = || handles.iter().all(|h| h.is_finished());
+        while duration.is_none_or(|d| start.elapsed() < d) && !interrupted() && !finished() {
+            let left = duration.map_or(Duration::from_millis(5), |d| d.saturating_sub(start.elapsed()));
+            std::thread::sleep(left.min(Duration::from_millis(5)));
         }
         control.stop.store(true, Relaxed);
         let results: Vec<ThreadResult> =

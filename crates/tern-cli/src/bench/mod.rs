@@ -4,10 +4,13 @@
 //! ([`runner`]), and prints a table and, with `--json`, JSON Lines ([`report`]). Options common
 //! to all benchmarks are in [`Common`].
 
+pub mod dist;
 pub mod harness;
 pub mod latch;
 pub mod report;
 pub mod runner;
+pub mod search;
+pub mod tree;
 pub mod work;
 
 use clap::{Args, Subcommand};
@@ -71,6 +74,8 @@ pub struct BenchCmd {
 #[derive(Subcommand, Debug)]
 pub enum Which {
     Latch(latch::LatchArgs),
+    Search(search::SearchArgs),
+    Tree(tree::TreeArgs),
 }
 
 /// Runs the named benchmark, or the default suite.
@@ -78,6 +83,8 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     harness::install_ctrlc();
     match cmd.which {
         Some(Which::Latch(args)) => latch::run(&args),
+        Some(Which::Search(args)) => search::run(&args),
+        Some(Which::Tree(args)) => tree::run(&args),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;
     if harness::interrupted() {

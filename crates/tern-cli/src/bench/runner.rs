@@ -141,3 +141,21 @@ fn add_thread_scaling(records: &mut [Record]) {
         }
     }
 }
+
+/// For benchmarks whose variants are named `<name>-p<depth>` (a layout at a prefetch depth):
+/// makes `variant` the name alone and adds the depth as the `prefetch` parameter, so the JSON
+/// `variant` field is exactly the layout. Other names are left as they are.
+pub fn split_prefetch_variant(record: &mut Record) {
+    if let Some((name, depth)) = record.variant.rsplit_once("-p") {
+        if let Ok(depth) = depth.parse::<u8>() {
+            record.variant = name.to_string();
+            record.params.insert("prefetch".into(), serde_json::json!(depth));
+        }
+    }
+}
+
+/// Adds `ns_per_op`: one thread's nanoseconds per operation at the median rate.
+pub fn add_ns_per_op(record: &mut Record) {
+    let ns = 1e9 * record.threads as f64 / record.ops_per_sec.max(f64::MIN_POSITIVE);
+    record.extra.insert("ns_per_op".into(), round3(ns));
+}

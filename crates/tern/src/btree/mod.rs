@@ -47,6 +47,7 @@
 //! crossbeam-epoch, so a reader holding a stale page id reads a live (if outdated) page, never
 //! freed memory.
 
+mod bulk;
 mod cursor;
 mod node;
 mod overflow;

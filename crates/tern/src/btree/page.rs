@@ -158,7 +158,7 @@ impl Page {
     #[inline]
     pub(crate) fn prefetch(&self, off: usize) {
         if let Some(w) = self.words.get(off / 8) {
-            prefetch_line(w);
+            super::search::prefetch_line(w);
         }
     }
 }
@@ -182,19 +182,6 @@ pub(crate) fn head_of(key: &[u8]) -> u64 {
     let n = key.len().min(8);
     b[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(b)
-}
-
-/// Prefetches the cache line holding `w` for reading.
-#[inline(always)]
-pub(crate) fn prefetch_line<T>(w: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint: it never faults and has no architectural effect; the
-    // address comes from a live reference.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>((w as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = w;
 }
 
 #[cfg(test)]

@@ -182,6 +182,21 @@ impl Drop for PageTable {
     }
 }
 
+/// Drives epoch reclamation until `done` holds; false if it does not within a minute (tests
+/// only: reclamation waits for every thread of the process to unpin, and tests run in parallel).
+#[cfg(test)]
+pub(crate) fn wait_for(done: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        if done() {
+            return true;
+        }
+        crossbeam_epoch::pin().flush();
+        std::thread::yield_now();
+    }
+    done()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,11 +223,9 @@ mod tests {
         table.free(7, &guard);
         assert!(table.get(7, &guard).is_none(), "unlinked at once");
         drop(guard);
-        // Reclamation happens once the epoch has advanced past every pinned thread.
-        for _ in 0..128 {
-            crossbeam_epoch::pin().flush();
-        }
-        assert_eq!(table.live_pages(), 2999);
+        // Reclamation happens once the epoch has advanced past every pinned thread (other
+        // tests in this process pin too, so this can take a while).
+        assert!(wait_for(|| table.live_pages() == 2999), "the freed page is reclaimed");
         let guard = crossbeam_epoch::pin();
         assert_eq!(table.alloc(&guard).0, 7, "the freed id is reused");
     }

@@ -123,7 +123,7 @@ fn prefetch_in<T>(slice: &[T], i: usize) {
 /// Issues a prefetch (to L1) of the cache line holding `p`; a no-op on targets other than
 /// x86-64.
 #[inline(always)]
-fn prefetch_line<T>(p: *const T) {
+pub(crate) fn prefetch_line<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 is a hint without architectural effect: it never faults, whatever the
     // address, and reads no memory the program can observe. SSE, which provides it, is part of

@@ -200,6 +200,11 @@ impl BTree {
         }
     }
 
+    /// Makes `pid` the root; returns the previous root (bulk loading, before the tree is shared).
+    pub(crate) fn replace_root(&self, pid: u32) -> u32 {
+        self.root.swap(pid, Release)
+    }
+
     pub(crate) fn count_restart(&self) {
         Counters::bump(&self.counters.restarts);
     }
