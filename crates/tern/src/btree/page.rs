@@ -13,16 +13,22 @@
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// A page's memory.
+/// A page's memory: an unsized view of its words, so that a page can live inline at the end
+/// of the structure that owns it (a B+tree node keeps its latch and its page in one
+/// allocation, see `pages.rs`), or boxed on its own ([`Page::boxed`]).
+#[repr(transparent)]
 pub(crate) struct Page {
-    words: Box<[AtomicU64]>,
+    words: [AtomicU64],
 }
 
 impl Page {
-    /// A zeroed page of `size` bytes (a multiple of 8).
-    pub(crate) fn new(size: usize) -> Page {
+    /// A zeroed page of `size` bytes (a multiple of 8), on its own.
+    pub(crate) fn boxed(size: usize) -> Box<Page> {
         debug_assert!(size % 8 == 0);
-        Page { words: (0..size / 8).map(|_| AtomicU64::new(0)).collect() }
+        let words: Box<[AtomicU64]> = (0..size / 8).map(|_| AtomicU64::new(0)).collect();
+        // SAFETY: `Page` is `repr(transparent)` over `[AtomicU64]`, so the two have the same
+        // layout and pointer metadata; the box's ownership passes unchanged.
+        unsafe { Box::from_raw(Box::into_raw(words) as *mut Page) }
     }
 
     /// The page size in bytes.
@@ -190,7 +196,7 @@ mod tests {
 
     #[test]
     fn bytes_roundtrip_at_every_alignment() {
-        let p = Page::new(64);
+        let p = Page::boxed(64);
         for off in 0..20 {
             for len in 0..30 {
                 let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37).wrapping_add(off as u8)).collect();
@@ -210,7 +216,7 @@ mod tests {
 
     #[test]
     fn compare_is_lexicographic() {
-        let p = Page::new(64);
+        let p = Page::boxed(64);
         let cases: [(&[u8], &[u8]); 7] = [
             (b"abc", b"abd"),
             (b"ab", b"abc"),
@@ -230,7 +236,7 @@ mod tests {
 
     #[test]
     fn garbage_offsets_and_lengths_never_panic() {
-        let p = Page::new(64);
+        let p = Page::boxed(64);
         let mut out = Vec::new();
         p.read_into(usize::MAX / 2, 100, &mut out);
         assert!(out.iter().all(|&b| b == 0));
