@@ -74,22 +74,6 @@ pub struct LatchArgs {
 }
 
 impl LatchArgs {
-    /// A configuration of the default suite: one critical section and think time.
-    pub fn suite(common: Common, cs_ns: u64, think_ns: u64, modes: &[Mode]) -> LatchArgs {
-        LatchArgs {
-            common,
-            mode: modes.to_vec(),
-            cs_ns: vec![cs_ns],
-            think_ns,
-            write_pct: vec![0.0, 1.0],
-            variants: None,
-            spin_rounds: None,
-            first_pauses: None,
-            max_pauses: None,
-            sample_every: 256,
-        }
-    }
-
     fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
         if self.cs_ns.is_empty() || self.cs_ns.iter().any(|&c| c > 10_000_000) {

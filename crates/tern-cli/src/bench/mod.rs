@@ -93,20 +93,51 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// About a minute: the latch comparisons at 1, 2 and 8 threads, saturated (no work outside the
-/// latch) and lightly contended (200 ns of work outside, 20 ns inside).
+/// About a minute: each benchmark at a few telling points (the full benchmarks take
+/// `tern bench <name>`): latches at 1, 2 and 8 threads, saturated and lightly contended; the
+/// search kernels in the cache and far beyond it; tree lookups at 1M keys.
 fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
-    let common = Common { duration, threads: vec![1, 2, 8], rounds, json };
-    common.validate()?;
+    let (d, r) = (duration.to_string(), rounds.to_string());
+    let mut common: Vec<&str> = vec!["--duration", &d, "--rounds", &r];
+    if json {
+        common.push("--json");
+    }
     if !json {
         println!(
-            "tern default benchmark suite: latches at 1, 2 and 8 threads, {duration} s per point, {rounds} rounds \
-             (`tern bench latch --help` for the full benchmark)"
+            "tern default benchmark suite: {duration} s per point, {rounds} rounds (`tern bench <name> --help` for each \
+             benchmark in full)"
         );
     }
-    latch::run(&latch::LatchArgs::suite(common.clone(), 0, 0, &[latch::Mode::Exclusive, latch::Mode::Shared]))?;
-    if harness::interrupted() {
-        return Ok(());
+    let with = |extra: &[&'static str]| -> Vec<&str> { common.iter().copied().chain(extra.iter().copied()).collect() };
+    let steps: [&dyn Fn() -> Result<(), String>; 4] = [
+        &|| latch::run(&suite_args(&with(&["--threads", "1,2,8", "--cs-ns", "0"]))),
+        &|| {
+            let light = ["--mode", "exclusive", "--threads", "2,8", "--cs-ns", "20", "--think-ns", "200"];
+            latch::run(&suite_args(&with(&light)))
+        },
+        &|| {
+            search::run(&suite_args(&with(&["--key", "u64", "--log2", "12,24", "--prefetch", "0,2", "--threads", "1"])))
+        },
+        &|| {
+            let tree = ["--keys", "1000000", "--dist", "uniform", "--layout", "sorted,branchfree", "--prefetch", "0,1"];
+            tree::run(&suite_args(&with(&[&tree[..], &["--threads", "1,2", "--op", "get"]].concat())))
+        },
+    ];
+    for step in steps {
+        if harness::interrupted() {
+            break;
+        }
+        step()?;
     }
-    latch::run(&latch::LatchArgs::suite(common, 20, 200, &[latch::Mode::Exclusive]))
+    Ok(())
+}
+
+/// A benchmark's options parsed from `argv`, exactly as on the command line (so the suite
+/// shares every default with `tern bench <name>`).
+fn suite_args<T: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> T {
+    let command = T::augment_args(clap::Command::new("suite"));
+    let matches = command
+        .try_get_matches_from(std::iter::once("suite").chain(argv.iter().copied()))
+        .expect("the suite's arguments are valid");
+    T::from_arg_matches(&matches).expect("the suite's arguments are valid")
 }
