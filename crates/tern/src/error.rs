@@ -34,6 +34,23 @@ pub enum Error {
         max: usize,
     },
 
+    /// A `Wait::No` lock request found the lock taken.
+    #[error("the lock is held in a conflicting mode (no-wait request)")]
+    WouldBlock,
+
+    /// A lock request waited longer than its timeout.
+    #[error("lock wait timed out")]
+    LockTimeout,
+
+    /// The request was chosen as the victim of a deadlock; the locker keeps its other locks
+    /// and should release them (abort) before retrying.
+    #[error("deadlock: this lock request was chosen as the victim")]
+    Deadlock,
+
+    /// `unlock` of an object the locker does not hold.
+    #[error("the locker does not hold a lock on this object")]
+    LockNotHeld,
+
     /// More distinct latch classes were registered than the fixed class table holds.
     #[error("cannot register latch class {name:?}: the table holds {max} classes")]
     TooManyLatchClasses {

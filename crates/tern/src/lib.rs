@@ -3,7 +3,8 @@
 //!
 //! Components, each in its own module with a doc that states its invariants:
 //!
-//! * [`btree`]: the B+tree index (in progress).
+//! * [`btree`]: the B+tree index.
+//! * [`lock`]: the lock manager (lockers, modes, deadlock detection).
 //! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
 //!   policies and counters.
 //! * [`stats`]: one snapshot of every component's counters.
@@ -12,6 +13,7 @@
 
 pub mod btree;
 pub mod error;
+pub mod lock;
 pub mod stats;
 pub mod sync;
 

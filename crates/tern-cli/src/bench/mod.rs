@@ -7,6 +7,7 @@
 pub mod dist;
 pub mod harness;
 pub mod latch;
+pub mod lock;
 pub mod report;
 pub mod runner;
 pub mod search;
@@ -74,6 +75,7 @@ pub struct BenchCmd {
 #[derive(Subcommand, Debug)]
 pub enum Which {
     Latch(latch::LatchArgs),
+    Lock(lock::LockArgs),
     Search(search::SearchArgs),
     Tree(tree::TreeArgs),
 }
@@ -83,6 +85,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     harness::install_ctrlc();
     match cmd.which {
         Some(Which::Latch(args)) => latch::run(&args),
+        Some(Which::Lock(args)) => lock::run(&args),
         Some(Which::Search(args)) => search::run(&args),
         Some(Which::Tree(args)) => tree::run(&args),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
@@ -93,9 +96,10 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// About a minute: each benchmark at a few telling points (the full benchmarks take
-/// `tern bench <name>`): latches at 1, 2 and 8 threads, saturated and lightly contended; the
-/// search kernels in the cache and far beyond it; tree lookups at 1M keys.
+/// About a minute and a half: each benchmark at a few telling points (the full benchmarks take
+/// `tern bench <name>`): latches at 1, 2 and 8 threads, saturated and lightly contended; lock
+/// manager lock+unlock at 1 and 2 threads; the search kernels in the cache and far beyond it;
+/// tree lookups at 1M keys.
 fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
     let (d, r) = (duration.to_string(), rounds.to_string());
     let mut common: Vec<&str> = vec!["--duration", &d, "--rounds", &r];
@@ -109,12 +113,13 @@ fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String>
         );
     }
     let with = |extra: &[&'static str]| -> Vec<&str> { common.iter().copied().chain(extra.iter().copied()).collect() };
-    let steps: [&dyn Fn() -> Result<(), String>; 4] = [
+    let steps: [&dyn Fn() -> Result<(), String>; 5] = [
         &|| latch::run(&suite_args(&with(&["--threads", "1,2,8", "--cs-ns", "0"]))),
         &|| {
             let light = ["--mode", "exclusive", "--threads", "2,8", "--cs-ns", "20", "--think-ns", "200"];
             latch::run(&suite_args(&with(&light)))
         },
+        &|| lock::run(&suite_args(&with(&["--threads", "1,2", "--object", "bytes"]))),
         &|| {
             search::run(&suite_args(&with(&["--key", "u64", "--log2", "12,24", "--prefetch", "0,2", "--threads", "1"])))
         },

@@ -37,12 +37,13 @@
 //! (`primitive.rs`, `park.rs`) and the tests in `loom_tests` explore the interleavings of the
 //! real latch code.
 
+pub(crate) mod aligned;
 mod class;
 mod counters;
 mod hybrid;
 mod mutex;
-mod park;
-mod primitive;
+pub(crate) mod park;
+pub(crate) mod primitive;
 mod reader_table;
 mod rwlatch;
 mod rwlock;

@@ -42,6 +42,20 @@ mod imp {
         }
     }
 
+    /// [`park`] with a deadline; returns whether it woke because the deadline passed.
+    ///
+    /// # Safety
+    /// As for [`park`].
+    pub(crate) unsafe fn park_until(
+        key: usize,
+        validate: impl FnOnce() -> bool,
+        deadline: Option<std::time::Instant>,
+    ) -> bool {
+        // SAFETY: forwarded from this function's contract.
+        let result = unsafe { parking_lot_core::park(key, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, deadline) };
+        matches!(result, ParkResult::TimedOut)
+    }
+
     /// # Safety
     /// As for [`park`]; `callback` must not panic or park/unpark.
     pub(crate) unsafe fn unpark_one(key: usize, callback: impl FnOnce(Unparked) -> usize) -> Unparked {
@@ -136,6 +150,22 @@ mod imp {
         }
     }
 
+    /// The model has no clock: a deadline passes at once, right after `validate` (the earliest a
+    /// real timeout can fire, and the moment that races hardest with a wakeup).
+    pub(crate) unsafe fn park_until(
+        key: usize,
+        validate: impl FnOnce() -> bool,
+        deadline: Option<std::time::Instant>,
+    ) -> bool {
+        if deadline.is_none() {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { park(key, validate) };
+            return false;
+        }
+        let _q = LOT.queue.lock().unwrap();
+        validate()
+    }
+
     pub(crate) unsafe fn unpark_one(key: usize, callback: impl FnOnce(Unparked) -> usize) -> Unparked {
         let mut q = LOT.queue.lock().unwrap();
         let (first, have_more) = {
@@ -164,6 +194,6 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{park, unpark_all, unpark_one};
+pub(crate) use imp::{park, park_until, unpark_all, unpark_one};
 #[cfg(all(test, loom))]
 pub(crate) use imp::{reset_fairness, FAIR_MODE};

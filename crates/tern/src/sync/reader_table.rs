@@ -3,8 +3,10 @@
 //! One process-wide array of slots. A biased reader of latch `L` on a thread with token `t`
 //! publishes itself by writing `L`'s address into slot `(hash(L) + t × STRIDE) mod SLOTS`:
 //!
-//! * `STRIDE` slots fill one cache line, so two threads reading the same latch never write the
-//!   same line.
+//! * `STRIDE` slots span 128 bytes, so two threads reading the same latch never write the same
+//!   cache line, nor the same 128-byte pair of lines that x86's adjacent-line prefetcher moves
+//!   together (with a 64-byte stride, half of all latch addresses put two threads' slots in one
+//!   pair, and shared-mode throughput on two cores halved at random from one run to the next).
 //! * Tokens are small integers handed to threads on their first biased read (unique among live
 //!   threads) and recycled when a thread exits, so they stay close to the number of threads
 //!   alive at once. A thread already tearing down its thread-locals gets none and reads through
@@ -27,7 +29,7 @@ use std::sync::atomic::Ordering::SeqCst;
 #[cfg(not(loom))]
 const SLOTS: usize = 4096;
 #[cfg(not(loom))]
-const STRIDE: usize = 64 / std::mem::size_of::<usize>();
+const STRIDE: usize = 128 / std::mem::size_of::<usize>();
 // Loom: a tiny table, one slot per token, so models stay small.
 #[cfg(loom)]
 const SLOTS: usize = 4;

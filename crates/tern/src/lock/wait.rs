@@ -1,0 +1,106 @@
+//! Waiting for a queued request: parking, timeouts, and deadlock checks while waiting.
+//!
+//! A waiter parks on its locker's wait cell. Whoever decides the request (a grant, the deadlock
+//! detector, or the waiter's own timeout) changes the cell under the partition latch the
+//! request is queued under, then unparks it after releasing the latch; the waiter re-checks the
+//! cell before sleeping (under the parking lot's queue lock), so no wakeup is lost.
+
+use super::deadlock::Detection;
+use super::locker::{LockerCounters, LockerShared, DEADLOCK, GRANTED, IDLE, WAITING};
+use super::manager::Inner;
+use super::DeadlockPolicy;
+use crate::sync::park::{park_until, unpark_all};
+use crate::{Error, Result};
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a waiter whose deadlock search was inconclusive waits before searching again.
+const DETECT_RETRY: Duration = Duration::from_millis(10);
+
+impl Inner {
+    /// Waits until the queued request is granted, chosen as a deadlock victim, or times out.
+    pub(crate) fn wait_for(
+        &self,
+        shared: &Arc<LockerShared>,
+        pidx: usize,
+        h: u64,
+        addr: usize,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        LockerCounters::bump(&shared.counters.waits, 1);
+        let mut recheck = self.detect_on_conflict(shared);
+        // Whether the park timed out at the deadline (the clock says so too, except under
+        // loom, whose parking model lets deadlines pass at once).
+        let mut expired = false;
+        let result = loop {
+            match shared.wait.load(Acquire) {
+                GRANTED => break Ok(()),
+                DEADLOCK => break Err(Error::Deadlock),
+                _ => {}
+            }
+            let now = Instant::now();
+            if expired || deadline.is_some_and(|d| now >= d) {
+                break self.time_out(shared, pidx, h, addr);
+            }
+            if recheck.is_some_and(|r| now >= r) {
+                recheck = self.detect_on_conflict(shared);
+            }
+            let wake_at = match (deadline, recheck) {
+                (Some(d), Some(r)) => Some(d.min(r)),
+                (d, r) => d.or(r),
+            };
+            // SAFETY: the key is this locker's wait cell, which no other primitive parks on;
+            // the validation is a single load.
+            let timed_out = unsafe { park_until(shared.park_key(), || shared.wait.load(Acquire) == WAITING, wake_at) };
+            expired = timed_out && wake_at == deadline;
+        };
+        *shared.waiting_on.lock() = None;
+        shared.wait.store(IDLE, Relaxed);
+        let c = &shared.counters;
+        LockerCounters::bump(&c.wait_ns, start.elapsed().as_nanos() as u64);
+        match result {
+            Err(Error::Deadlock) => LockerCounters::bump(&c.deadlocks, 1),
+            Err(Error::LockTimeout) => LockerCounters::bump(&c.timeouts, 1),
+            _ => {}
+        }
+        result
+    }
+
+    /// Under [`DeadlockPolicy::OnConflict`], looks for cycles through the waiter; returns when
+    /// to look again if the search was inconclusive.
+    fn detect_on_conflict(&self, shared: &Arc<LockerShared>) -> Option<Instant> {
+        let inconclusive =
+            self.config.deadlock == DeadlockPolicy::OnConflict && self.detect(shared) == Detection::Inconclusive;
+        inconclusive.then(|| Instant::now() + DETECT_RETRY)
+    }
+
+    /// The waiter's deadline passed: leave the queue, unless a grant or the detector got there
+    /// first (both act under the partition latch, like this).
+    fn time_out(&self, shared: &LockerShared, pidx: usize, h: u64, addr: usize) -> Result<()> {
+        let mut g = self.write(pidx);
+        match shared.wait.load(Acquire) {
+            GRANTED => return Ok(()),
+            DEADLOCK => return Err(Error::Deadlock),
+            _ => {}
+        }
+        let p = g.find_addr(h, addr).expect("a queued request keeps its entry in the table");
+        let (_, slow) = g.get_mut(p);
+        slow.dequeue(shared.id);
+        let mut wake = Vec::new();
+        slow.grant_waiters(&mut wake);
+        g.settle(p);
+        drop(g);
+        wake_all(&wake);
+        Err(Error::LockTimeout)
+    }
+}
+
+/// Wakes lockers whose requests were granted or refused (after the latch is released).
+pub(crate) fn wake_all(lockers: &[Arc<LockerShared>]) {
+    for l in lockers {
+        // SAFETY: the key is the locker's wait cell (see `wait_for`).
+        unsafe { unpark_all(l.park_key()) };
+    }
+}
