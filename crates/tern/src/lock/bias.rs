@@ -22,7 +22,7 @@ use super::manager::Inner;
 use super::mode::LockMode;
 use super::object::LockObject;
 use super::table::{EntryPtr, Grant, Partition, Slow};
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 impl Inner {
     /// Takes a read-mode lock through a fast slot if the object's entry is biased.
@@ -42,8 +42,10 @@ impl Inner {
         if !g.get(p).1.bias {
             return false;
         }
-        // Under the read latch: a revoker, which needs the write latch, sees this store.
-        shared.fast[usize::from(n)].store(slot_value(p, mode), Relaxed);
+        // Under the read latch: a revoker, which needs the write latch, sees this store. Release:
+        // a revoker that reads it also sees this slot's earlier release (a fast lock on another
+        // entry given back), whose critical section must precede the revoker's grant.
+        shared.fast[usize::from(n)].store(slot_value(p, mode), Release);
         drop(g);
         local.push(Record::new(h, p, object, mode, How::Fast(n)));
         true
@@ -57,12 +59,14 @@ impl Inner {
         }
         slow.bias = false;
         slow.streak = 0;
-        for (&id, l) in self.registry.lock().iter() {
+        for (&id, l) in self.registry.lock().live.iter() {
             for slot in l.fast.iter() {
+                // Acquire on every outcome: a slot found (or failed on) after its holder's
+                // release must order that holder's critical section before this revoker's grant.
                 let v = slot.load(Acquire);
                 if v & !(SLOT_CONVERTED | SLOT_S) == addr
                     && v & SLOT_CONVERTED == 0
-                    && slot.compare_exchange(v, v | SLOT_CONVERTED, Acquire, Relaxed).is_ok()
+                    && slot.compare_exchange(v, v | SLOT_CONVERTED, Acquire, Acquire).is_ok()
                 {
                     let mode = if v & SLOT_S != 0 { LockMode::S } else { LockMode::IS };
                     slow.holders.push(Grant { locker: id, mode });
@@ -80,7 +84,7 @@ impl Inner {
         if slot.compare_exchange(slot_value(p, mode), 0, Relaxed, Relaxed).is_ok() {
             slow.grant(shared.id, mode);
         } else {
-            slot.store(0, Relaxed);
+            slot.store(0, Release);
         }
     }
 }

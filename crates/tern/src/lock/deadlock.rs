@@ -82,7 +82,7 @@ impl Inner {
                     if !visited.insert(b) {
                         continue;
                     }
-                    let Some(next) = self.registry.lock().get(&b).cloned() else { continue };
+                    let Some(next) = self.registry.lock().live.get(&b).cloned() else { continue };
                     if let Some(blockers) = self.blockers_of(&next) {
                         path.push((next, blockers));
                     }

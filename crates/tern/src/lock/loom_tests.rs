@@ -31,13 +31,17 @@ impl Tracked {
 
 /// One partition, no bias, latches that park after one short spin: the smallest model.
 fn manager(deadlock: DeadlockPolicy) -> LockManager {
+    LockManager::new(manager_config(deadlock)).unwrap()
+}
+
+fn manager_config(deadlock: DeadlockPolicy) -> LockConfig {
     for name in ["lock.partition", "lock.registry", "lock.detector", "lock.waiting", "default"] {
         let class = LatchClass::register(name).unwrap();
         class
             .set_config(SpinConfig { policy: SpinPolicy::Park, spin_rounds: 1, first_pauses: 1, max_pauses: 1 })
             .unwrap();
     }
-    LockManager::new(LockConfig { partitions: 1, fast_shared: false, deadlock, ..LockConfig::default() }).unwrap()
+    LockConfig { partitions: 1, fast_shared: false, deadlock, ..LockConfig::default() }
 }
 
 /// `a` holds object 1 as sole owner and releases it while `b` asks for it: `b` either inflates
@@ -112,4 +116,67 @@ fn timeout_races_the_grant() {
         let c = lm.locker();
         lm.lock(&c, 1u64, LockMode::X, Wait::No).unwrap();
     });
+}
+
+/// Two objects in different partitions of a two-partition manager.
+fn two_partitions() -> (u64, u64) {
+    let part = |id: u64| super::object::hash(LockObject::Id(id)) >> 32 & 1;
+    let a = 1;
+    let b = (2..).find(|&b| part(b) != part(a)).unwrap();
+    (a, b)
+}
+
+/// Turns on the shared-mode bias of `object` (read grants in a row, in slow mode).
+fn bias(lm: &LockManager, object: u64) {
+    let (x, y) = (lm.locker(), lm.locker());
+    lm.lock(&x, object, LockMode::S, Wait::No).unwrap(); // sole owner
+    for _ in 0..table::BIAS_AFTER + 1 {
+        lm.lock(&y, object, LockMode::S, Wait::No).unwrap(); // inflates, then slow grants
+        lm.unlock(&y, object).unwrap();
+    }
+    lm.unlock(&x, object).unwrap();
+    assert!(lm.stats().objects >= 1, "the biased entry stays");
+}
+
+/// A reader holding `a` through a fast slot (biased entry) reads the data and releases, then
+/// (`reuse_slot`) takes `b` through the same slot; a writer locking `a` exclusively must find
+/// the reader's release ordered before its own critical section, whatever slot value it reads.
+fn fast_reader_then_writer(reuse_slot: bool) {
+    loom::model(move || {
+        let lm = Arc::new(LockManager::new(LockConfig {
+            partitions: 2,
+            fast_shared: true,
+            ..manager_config(DeadlockPolicy::OnConflict)
+        }).unwrap());
+        let (a, b) = two_partitions();
+        bias(&lm, a);
+        bias(&lm, b);
+        let data = Arc::new(Tracked(loom::cell::UnsafeCell::new(0)));
+        let (lm2, data2) = (lm.clone(), data.clone());
+        let reader = thread::spawn(move || {
+            let f = lm2.locker();
+            lm2.lock(&f, a, LockMode::S, Wait::Forever).unwrap();
+            let _ = data2.get();
+            lm2.unlock(&f, a).unwrap();
+            if reuse_slot {
+                lm2.lock(&f, b, LockMode::S, Wait::Forever).unwrap();
+            }
+            f
+        });
+        let w = lm.locker();
+        lm.lock(&w, a, LockMode::X, Wait::Forever).unwrap();
+        data.bump();
+        lm.unlock(&w, a).unwrap();
+        drop(reader.join().unwrap());
+    });
+}
+
+#[test]
+fn fast_shared_release_is_ordered_before_a_revoking_writer() {
+    fast_reader_then_writer(false);
+}
+
+#[test]
+fn fast_shared_release_then_reuse_of_the_slot_is_ordered_before_a_revoking_writer() {
+    fast_reader_then_writer(true);
 }

@@ -10,7 +10,7 @@ use super::{DeadlockPolicy, LockConfig, LockStats, LockerLookup, Wait};
 use crate::sync::{LatchClass, Mutex, RwLatchWriteGuard};
 use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
@@ -25,17 +25,24 @@ pub(crate) struct Inner {
     pub config: LockConfig,
     pub partitions: Box<[CachePadded<Partition>]>,
     mask: usize,
-    /// Every live locker. Taken to create or drop a locker, to revoke a bias, and by the
-    /// deadlock detector; never on the request path (except in the `GlobalMutex` variant,
-    /// which exists to measure what that costs).
-    pub registry: Mutex<HashMap<u64, Arc<LockerShared>>>,
+    /// Every live locker, and the counters of dropped ones. Taken to create or drop a locker,
+    /// to revoke a bias, for statistics, and by the deadlock detector; never on the request
+    /// path (except in the `GlobalMutex` variant, which exists to measure what that costs).
+    pub registry: Mutex<Registry>,
     next_locker: AtomicU64,
     /// Serializes deadlock detection (one detector walks the graph at a time).
     pub detector: Mutex<()>,
     /// The latch class of lockers' `waiting_on`.
     waiting_class: LatchClass,
+}
+
+/// The lockers of a manager.
+#[derive(Default)]
+pub(crate) struct Registry {
+    /// By id. Ordered, so that walks over it (revocation, detection) are deterministic.
+    pub live: BTreeMap<u64, Arc<LockerShared>>,
     /// Counters of dropped lockers.
-    retired: Mutex<LockStats>,
+    retired: LockStats,
 }
 
 /// A lock manager. See the [module documentation](super).
@@ -75,11 +82,10 @@ impl LockManager {
             mask: config.partitions - 1,
             config,
             partitions,
-            registry: Mutex::with_class(HashMap::new(), LatchClass::register("lock.registry")?),
+            registry: Mutex::with_class(Registry::default(), LatchClass::register("lock.registry")?),
             next_locker: AtomicU64::new(1),
             detector: Mutex::with_class((), LatchClass::register("lock.detector")?),
             waiting_class: LatchClass::register("lock.waiting")?,
-            retired: Mutex::new(LockStats::default()),
         });
         let detector = match config.deadlock {
             DeadlockPolicy::Periodic(interval) => Some(spawn_detector(Arc::downgrade(&inner), interval)?),
@@ -97,7 +103,7 @@ impl LockManager {
     pub fn locker(&self) -> Locker {
         let id = self.inner.next_locker.fetch_add(1, Relaxed);
         let shared = Arc::new(LockerShared::new(id, self.inner.waiting_class));
-        self.inner.registry.lock().insert(id, shared.clone());
+        self.inner.registry.lock().live.insert(id, shared.clone());
         Locker { manager: self.inner.clone(), shared, local: std::cell::RefCell::new(Held::default()) }
     }
 
@@ -192,7 +198,7 @@ impl LockManager {
         }
         // The Berkeley DB baseline (`LockerLookup::GlobalMutex`): resolve the locker through one
         // global table under one global mutex on every call.
-        let found = self.inner.registry.lock().get(&locker.shared.id).map(|l| l.id);
+        let found = self.inner.registry.lock().live.get(&locker.shared.id).map(|l| l.id);
         debug_assert_eq!(found, Some(locker.shared.id));
         Ok(())
     }
@@ -218,7 +224,7 @@ fn spawn_detector(
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                 let Some(inner) = inner.upgrade() else { break };
                 let waiting: Vec<Arc<LockerShared>> =
-                    inner.registry.lock().values().filter(|l| l.wait.load(Relaxed) == WAITING).cloned().collect();
+                    inner.registry.lock().live.values().filter(|l| l.wait.load(Relaxed) == WAITING).cloned().collect();
                 for l in &waiting {
                     inner.detect(l);
                 }
@@ -443,7 +449,8 @@ impl Inner {
                 LockerCounters::bump(&shared.counters.would_block, 1);
                 Err(Error::WouldBlock)
             }
-            (Wait::Timeout(t), _) | (Wait::Forever, DeadlockPolicy::Timeout(t)) => Ok(Some(Instant::now() + t)),
+            // A deadline past what the clock can represent is no deadline.
+            (Wait::Timeout(t), _) | (Wait::Forever, DeadlockPolicy::Timeout(t)) => Ok(Instant::now().checked_add(t)),
             (Wait::Forever, _) => Ok(None),
         }
     }
@@ -466,7 +473,7 @@ impl Inner {
                     return;
                 }
                 // A revoker converted the slot into a grant: release that.
-                slot.store(0, Relaxed);
+                slot.store(0, Release);
             }
             How::Slow => {}
         }
@@ -499,17 +506,22 @@ impl Inner {
     /// Called when a locker is dropped.
     pub fn release_locker(&self, locker: &Locker) {
         self.unlock_all(locker);
-        self.registry.lock().remove(&locker.shared.id);
-        self.retired.lock().add_locker(&locker.shared);
+        let mut registry = self.registry.lock();
+        registry.live.remove(&locker.shared.id);
+        registry.retired.add_locker(&locker.shared);
     }
 
     fn stats(&self) -> LockStats {
-        let mut s = self.retired.lock().clone();
-        let lockers: Vec<Arc<LockerShared>> = self.registry.lock().values().cloned().collect();
-        s.lockers = lockers.len();
-        for l in &lockers {
-            s.add_locker(l);
-        }
+        let mut s = {
+            // Under one lock: a locker dropped meanwhile is counted exactly once.
+            let registry = self.registry.lock();
+            let mut s = registry.retired.clone();
+            s.lockers = registry.live.len();
+            for l in registry.live.values() {
+                s.add_locker(l);
+            }
+            s
+        };
         s.objects = 0;
         s.entries = 0;
         s.revocations = 0;
@@ -547,7 +559,7 @@ impl LockManager {
         for (i, p) in self.inner.partitions.iter().enumerate() {
             out += &p.latch.read().describe(i);
         }
-        let lockers: Vec<_> = self.inner.registry.lock().values().cloned().collect();
+        let lockers: Vec<_> = self.inner.registry.lock().live.values().cloned().collect();
         for l in &lockers {
             let on = *l.waiting_on.lock();
             out += &format!("locker {} wait={} on={on:?}\n", l.id, l.wait.load(Relaxed));

@@ -93,6 +93,12 @@ pub use object::LockObject;
 use serde::Serialize;
 use std::time::Duration;
 
+/// The 64-bit lock id of `key` in table `table` (the transaction layer locks keys by id: no key
+/// bytes stored in the lock table; two keys colliding on 64 bits only ever share a lock).
+pub(crate) fn key_id(table: u32, key: &[u8]) -> u64 {
+    object::mix64(object::hash(LockObject::Bytes(key)) ^ u64::from(table).rotate_left(32))
+}
+
 /// How long a request may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
