@@ -51,6 +51,46 @@ pub enum Error {
     #[error("the locker does not hold a lock on this object")]
     LockNotHeld,
 
+    /// A write found a newer committed version of its key than the transaction's snapshot
+    /// (first updater wins). Retryable: abort and run the transaction again.
+    #[error("write conflict: the key was changed by a transaction that committed after this one began")]
+    Conflict,
+
+    /// The transaction failed earlier (a conflict or a deadlock) and can only be aborted.
+    #[error("the transaction failed earlier ({reason}); abort it and retry")]
+    TxnFailed {
+        /// What made it fail.
+        reason: &'static str,
+    },
+
+    /// A write in a read-only transaction.
+    #[error("this transaction is read-only (begin it with `Db::begin` to write)")]
+    ReadOnlyTxn,
+
+    /// No table has this name.
+    #[error("no table named {name:?}")]
+    NoSuchTable {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// `create_table` with a name already taken.
+    #[error("a table named {name:?} already exists")]
+    TableExists {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// An operating-system I/O call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What tern was doing, and on which file.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// More distinct latch classes were registered than the fixed class table holds.
     #[error("cannot register latch class {name:?}: the table holds {max} classes")]
     TooManyLatchClasses {

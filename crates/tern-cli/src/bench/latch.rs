@@ -1,6 +1,6 @@
 //! `tern bench latch`: tern's latches against `std` and `parking_lot`, under each spin policy.
 
-use super::harness::{new_histogram, run_threads, Control, Sample, ThreadResult};
+use super::harness::{run_threads, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
 use super::runner::{self, round3, Case, RunFn};
 use super::work;
@@ -114,42 +114,6 @@ struct Load {
     writes_per_10k: u64,
 }
 
-/// Times one operation in `every`: from asking for the latch to holding it.
-struct Sampler {
-    every: u64,
-    hist: Option<hdrhistogram::Histogram<u64>>,
-}
-
-impl Sampler {
-    fn new(every: u64) -> Sampler {
-        Sampler { every, hist: (every != 0).then(new_histogram) }
-    }
-
-    /// The start time if operation `op` is sampled (the clock costs ~20 ns, so not every one).
-    #[inline]
-    fn begin(&self, op: u64) -> Option<Instant> {
-        (self.every != 0 && op % self.every == 0).then(Instant::now)
-    }
-
-    /// Called inside the critical section: the time the latch was acquired, if sampling.
-    #[inline]
-    fn acquired(start: Option<Instant>) -> Option<Instant> {
-        start.map(|_| Instant::now())
-    }
-
-    #[inline]
-    fn record(&mut self, start: Option<Instant>, acquired: Option<Instant>) {
-        if let (Some(h), Some(s), Some(a)) = (self.hist.as_mut(), start, acquired) {
-            // Saturates instead of failing for out-of-range values; nothing to report.
-            h.saturating_record(a.duration_since(s).as_nanos().max(1) as u64);
-        }
-    }
-
-    fn finish(self, ops: u64) -> ThreadResult {
-        ThreadResult { ops, latency: self.hist }
-    }
-}
-
 /// What the exclusive latches protect: a count of critical sections and the work's state.
 #[derive(Default)]
 struct Data {
@@ -185,13 +149,13 @@ impl ExclusiveLatch for Mutex<Data> {
 
 /// One thread of the exclusive workload: lock, count, work, unlock, think.
 fn exclusive_thread(latch: &impl ExclusiveLatch, load: Load, seed: u64, ctl: &Control) -> ThreadResult {
-    let mut sampler = Sampler::new(load.sample_every);
+    let mut sampler = LatencySampler::new(load.sample_every);
     let mut ops = 0u64;
     let mut outside = seed;
     while ctl.running() {
-        let start = sampler.begin(ops);
+        let start = sampler.begin();
         let acquired = latch.with(|d| {
-            let at = Sampler::acquired(start);
+            let at = start.map(|_| Instant::now());
             d.count += 1;
             d.state = work::spin(load.cs_units, d.state);
             at
@@ -264,7 +228,7 @@ impl SharedLatch for RwLatch<Words> {
 
 /// One thread of the shared workload: mostly reads (sum the words, work), some writes.
 fn shared_thread(latch: &impl SharedLatch, load: Load, seed: u64, ctl: &Control) -> ThreadResult {
-    let mut sampler = Sampler::new(load.sample_every);
+    let mut sampler = LatencySampler::new(load.sample_every);
     let mut ops = 0u64;
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut outside = seed;
@@ -272,16 +236,16 @@ fn shared_thread(latch: &impl SharedLatch, load: Load, seed: u64, ctl: &Control)
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let start = sampler.begin(ops);
+        let start = sampler.begin();
         let acquired = if rng % 10_000 < load.writes_per_10k {
             latch.write(|w| {
-                let at = Sampler::acquired(start);
+                let at = start.map(|_| Instant::now());
                 w.iter_mut().for_each(|x| *x += 1);
                 at
             })
         } else {
             latch.read(|w| {
-                let at = Sampler::acquired(start);
+                let at = start.map(|_| Instant::now());
                 assert!(w.iter().all(|&x| x == w[0]), "a reader saw a half-done write");
                 outside ^= work::spin(load.cs_units, w[0]);
                 at
@@ -399,7 +363,7 @@ pub fn run(args: &LatchArgs) -> Result<(), String> {
         for &cs in &args.cs_ns {
             let pcts: &[f64] = if mode == Mode::Shared { &args.write_pct } else { &[0.0] };
             for &pct in pcts {
-                for &threads in &args.common.threads {
+                for threads in args.common.threads() {
                     let load = Load {
                         cs_units: work::units_for(cs, ns_per_unit),
                         think_units,

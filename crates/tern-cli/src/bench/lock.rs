@@ -1,12 +1,11 @@
 //! `tern bench lock`: lock manager throughput, after Berkeley DB's `lock_bench`.
 
-use super::harness::{new_histogram, run_threads, Control, Sample, ThreadResult};
+use super::harness::{run_threads, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
 use super::runner::{self, round3, Case, RunFn};
 use super::Common;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use std::time::Instant;
 use tern::lock::{LockConfig, LockManager, LockMode, LockObject, LockStats, LockerLookup, Wait};
 use tern::sync::{class_stats, LatchClass};
 
@@ -113,19 +112,17 @@ fn thread(lm: &LockManager, mode: Mode, kind: ObjectKind, sample_every: u64, i: 
         Mode::Distinct => LockMode::X,
         Mode::Shared => LockMode::S,
     };
-    let mut hist = (sample_every != 0).then(new_histogram);
+    let mut sampler = LatencySampler::new(sample_every);
     let mut ops = 0u64;
     while ctl.running() {
-        let start = (sample_every != 0 && ops % sample_every == 0).then(Instant::now);
+        let start = sampler.begin();
         lm.lock(&locker, object, lock_mode, Wait::Forever).expect("no conflicting request exists");
         lm.unlock(&locker, object).expect("the lock was just taken");
-        if let (Some(h), Some(s)) = (hist.as_mut(), start) {
-            h.saturating_record(s.elapsed().as_nanos().max(1) as u64);
-        }
+        sampler.record_since(start);
         ops += 1;
     }
     assert_eq!(locker.locks_held(), 0);
-    ThreadResult { ops, latency: hist }
+    sampler.finish(ops)
 }
 
 /// One measurement on a fresh lock manager, with its counters per operation.
@@ -155,7 +152,7 @@ pub fn run(args: &LockArgs) -> Result<(), String> {
     let mut cases = Vec::new();
     for &mode in &args.mode {
         for &kind in &args.object {
-            for &threads in &args.common.threads {
+            for threads in args.common.threads() {
                 let mut variants: Vec<(String, RunFn<'_>)> = Vec::new();
                 for (name, lookup) in [(TERN, LockerLookup::Handle), (BASELINE, LockerLookup::GlobalMutex)] {
                     if args.wanted(name) {

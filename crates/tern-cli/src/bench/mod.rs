@@ -12,6 +12,7 @@ pub mod report;
 pub mod runner;
 pub mod search;
 pub mod tree;
+pub mod txn;
 pub mod work;
 
 use clap::{Args, Subcommand};
@@ -23,9 +24,9 @@ pub struct Common {
     /// Seconds per measured point (one variant, one round).
     #[arg(long, default_value_t = 0.5, value_name = "SECS")]
     pub duration: f64,
-    /// Thread counts to measure, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_name = "N,N,...")]
-    pub threads: Vec<usize>,
+    /// Thread counts to measure, comma separated [default: 1,2,4,8,16; txn: 1,2,4,8,16,32].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub threads: Option<Vec<usize>>,
     /// Rounds per point: variants run interleaved once per round; medians are reported.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub rounds: usize,
@@ -40,13 +41,25 @@ impl Common {
         if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
             return Err(format!("--duration must be in (0, 3600] seconds, got {}", self.duration));
         }
-        if self.threads.is_empty() || self.threads.iter().any(|&t| t == 0 || t > 1024) {
-            return Err(format!("--threads must list counts in 1..=1024, got {:?}", self.threads));
+        if let Some(t) = &self.threads {
+            if t.is_empty() || t.iter().any(|&t| t == 0 || t > 1024) {
+                return Err(format!("--threads must list counts in 1..=1024, got {t:?}"));
+            }
         }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
         }
         Ok(())
+    }
+
+    /// The thread counts asked for, or the benchmark's default.
+    pub fn threads(&self) -> Vec<usize> {
+        self.threads_or(&[1, 2, 4, 8, 16])
+    }
+
+    /// The thread counts asked for, or `default`.
+    pub fn threads_or(&self, default: &[usize]) -> Vec<usize> {
+        self.threads.clone().unwrap_or_else(|| default.to_vec())
     }
 
     pub fn duration(&self) -> Duration {
@@ -78,6 +91,7 @@ pub enum Which {
     Lock(lock::LockArgs),
     Search(search::SearchArgs),
     Tree(tree::TreeArgs),
+    Txn(txn::TxnArgs),
 }
 
 /// Runs the named benchmark, or the default suite.
@@ -88,6 +102,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Lock(args)) => lock::run(&args),
         Some(Which::Search(args)) => search::run(&args),
         Some(Which::Tree(args)) => tree::run(&args),
+        Some(Which::Txn(args)) => txn::run(&args),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;
     if harness::interrupted() {
@@ -96,10 +111,11 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// About a minute and a half: each benchmark at a few telling points (the full benchmarks take
+/// About two minutes: each benchmark at a few telling points (the full benchmarks take
 /// `tern bench <name>`): latches at 1, 2 and 8 threads, saturated and lightly contended; lock
-/// manager lock+unlock at 1 and 2 threads; the search kernels in the cache and far beyond it;
-/// tree lookups at 1M keys.
+/// manager lock+unlock at 1 and 2 threads; transactions through the public `Db` API (empty,
+/// one read, one write) at 1, 2 and 32 threads; the search kernels in the cache and far beyond
+/// it; tree lookups at 1M keys.
 fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
     let (d, r) = (duration.to_string(), rounds.to_string());
     let mut common: Vec<&str> = vec!["--duration", &d, "--rounds", &r];
@@ -113,13 +129,14 @@ fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String>
         );
     }
     let with = |extra: &[&'static str]| -> Vec<&str> { common.iter().copied().chain(extra.iter().copied()).collect() };
-    let steps: [&dyn Fn() -> Result<(), String>; 5] = [
+    let steps: [&dyn Fn() -> Result<(), String>; 6] = [
         &|| latch::run(&suite_args(&with(&["--threads", "1,2,8", "--cs-ns", "0"]))),
         &|| {
             let light = ["--mode", "exclusive", "--threads", "2,8", "--cs-ns", "20", "--think-ns", "200"];
             latch::run(&suite_args(&with(&light)))
         },
         &|| lock::run(&suite_args(&with(&["--threads", "1,2", "--object", "bytes"]))),
+        &|| txn::run(&suite_args(&with(&["--threads", "1,2,32"]))),
         &|| {
             search::run(&suite_args(&with(&["--key", "u64", "--log2", "12,24", "--prefetch", "0,2", "--threads", "1"])))
         },

@@ -258,7 +258,7 @@ where
     let n = 1usize << log2;
     let point = Point::<K>::build(n, &args.layout, args.queries);
     let mut cases = Vec::new();
-    for &threads in &args.common.threads {
+    for threads in args.common.threads() {
         let mut variants: Vec<(String, RunFn<'_>)> = Vec::new();
         for &layout in &args.layout {
             for &prefetch in &args.prefetch {

@@ -2,7 +2,7 @@
 //! against `std::collections::BTreeMap`.
 
 use super::dist::{mix64, Dist, Sampler, SplitMix64};
-use super::harness::{new_histogram, run_threads, run_threads_to_completion, Control, Sample, ThreadResult};
+use super::harness::{run_threads, run_threads_to_completion, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
 use super::runner::{self, Case, RunFn};
 use super::Common;
@@ -10,7 +10,6 @@ use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::Instant;
 use tern::btree::{BTree, Layout, TreeConfig};
 
 const LONG_ABOUT: &str = "\
@@ -186,25 +185,22 @@ fn lookup_thread(
     args: &TreeArgs,
     ctl: &Control,
 ) -> ThreadResult {
-    let mut hist = (args.sample_every != 0).then(new_histogram);
+    let mut latency = LatencySampler::new(args.sample_every);
     let (mut key_buf, mut value) = ([0u8; 512], Vec::with_capacity(args.value_size));
     let mut ops = 0u64;
     while ctl.running() {
         let i = sampler.next_index();
         let key = key_of(i, args.key_size, &mut key_buf);
-        let sampled = args.sample_every != 0 && ops % args.sample_every == 0;
-        let start = sampled.then(Instant::now);
+        let start = latency.begin();
         let found = get(key, &mut value);
-        if let (Some(h), Some(s)) = (hist.as_mut(), start) {
-            h.saturating_record(s.elapsed().as_nanos().max(1) as u64);
-        }
+        latency.record_since(start);
         assert!(found, "item {i} missing");
         if ops % 64 == 0 {
             check_value(i, &value);
         }
         ops += 1;
     }
-    ThreadResult { ops, latency: hist }
+    latency.finish(ops)
 }
 
 fn measure_lookups(
@@ -327,7 +323,7 @@ pub fn run(args: &TreeArgs) -> Result<(), String> {
             let mut cases = Vec::new();
             for &page_size in &args.page_size {
                 for &dist in &args.dist {
-                    for &threads in &args.common.threads {
+                    for threads in args.common.threads() {
                         let params = vec![
                             ("op", json!("get")),
                             ("n", json!(n)),
@@ -348,7 +344,7 @@ pub fn run(args: &TreeArgs) -> Result<(), String> {
     if args.op.contains(&Op::Insert) && !super::harness::interrupted() {
         let mut cases = Vec::new();
         for &page_size in &args.page_size {
-            for &threads in &args.common.threads {
+            for threads in args.common.threads() {
                 let params =
                     vec![("op", json!("insert")), ("n", json!(args.insert_keys)), ("page_size", json!(page_size))];
                 let baseline = format!("sorted-p{}", TreeConfig::DEFAULT.prefetch);

@@ -54,6 +54,7 @@ mod overflow;
 mod page;
 mod pages;
 pub mod search;
+pub mod stored;
 mod tree;
 
 #[cfg(test)]
@@ -61,4 +62,5 @@ mod tests;
 
 pub use cursor::{Cursor, Range};
 pub use search::Layout;
+pub use stored::{Plain, Resolve};
 pub use tree::{BTree, TreeConfig, TreeShape, TreeStats, MAX_VALUE};

@@ -53,6 +53,10 @@ const FENCE_UPPER: u16 = 2;
 
 /// Leaf value flag: the record holds an overflow reference (first page id u32, length u32).
 pub(crate) const FLAG_OVERFLOW: u16 = 1;
+/// Leaf value flag: the record starts with the address of a version chain (8 bytes,
+/// little-endian), which the transaction layer owns (`btree::stored`). The record may be longer:
+/// it keeps room for the value the chain will fold back into.
+pub(crate) const FLAG_CHAIN: u16 = 2;
 
 /// A search-array entry for "none": the B-tree layout pads its last block with it.
 const SLOT_NONE: u64 = 0xFFFF;
@@ -420,6 +424,24 @@ impl<'a> NodeRef<'a> {
     }
 
     /// Points slot `i` (or the upper child, for `i == count`) at `child` (inner nodes).
+    /// Overwrites the start of leaf slot `i`'s value with `bytes` and sets its length to `len`
+    /// and its flags to `flags`, in place: the record keeps its room up to `len` (at least
+    /// `bytes.len()`, at most the current length); the rest becomes garbage.
+    pub(crate) fn set_value_in_place(self, i: usize, bytes: &[u8], len: usize, flags: u16) {
+        let v = self.value_ref(i);
+        debug_assert!(bytes.len() <= len && len <= v.len, "the value fits its record");
+        self.page.write(v.off, bytes);
+        self.add_garbage(v.len - len);
+        let w = (HEADER + SLOT * i) / 8 + 1;
+        let payload = len as u32 | u32::from(flags) << 16;
+        self.page.set_word(w, self.page.word(w) & 0xFFFF_FFFF | u64::from(payload) << 32);
+    }
+
+    /// Appends the chain address at the start of leaf slot `i`'s value (8 bytes) to `out`.
+    pub(crate) fn chain_into(self, i: usize, out: &mut Vec<u8>) {
+        self.page.read_into(self.value_ref(i).off, 8, out);
+    }
+
     pub(crate) fn set_child(self, i: usize, child: u32) {
         if i >= self.count() {
             self.page.set_u32(H_UPPER, child);

@@ -17,10 +17,11 @@
 //!
 //! Latch order is parent before child and left before right, so writers cannot deadlock.
 
-use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_OVERFLOW, HEADER};
+use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_CHAIN, FLAG_OVERFLOW, HEADER};
 use super::overflow;
 use super::pages::{Node, PageTable};
 use super::search::Layout;
+use super::stored::Stored;
 use crate::sync::{OptimisticGuard, Restart};
 use crate::{Error, Result};
 use crossbeam_epoch::Guard;
@@ -28,7 +29,7 @@ use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 /// Optimistic attempts before a reader takes shared latches.
-const OPTIMISTIC_ATTEMPTS: u32 = 8;
+pub(crate) const OPTIMISTIC_ATTEMPTS: u32 = 8;
 /// The largest value the tree stores.
 pub const MAX_VALUE: usize = 1 << 30;
 
@@ -129,7 +130,7 @@ pub(crate) struct Path<'g> {
 }
 
 /// How much room a node has for one more entry.
-enum Room {
+pub(crate) enum Room {
     InPlace,
     AfterRebuild,
     Split,
@@ -177,7 +178,7 @@ impl BTree {
     }
 
     /// Records (key + value) up to this size live in the leaf; larger values go to overflow pages.
-    fn max_inline(&self) -> usize {
+    pub(crate) fn max_inline(&self) -> usize {
         self.pages.page_size() / 4
     }
 
@@ -276,14 +277,21 @@ impl BTree {
 
     /// Copies the value stored under `key` into `out` (cleared first); false if absent.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.check_key(key)?;
         let guard = crossbeam_epoch::pin();
+        Ok(self.get_stored(key, out, &guard)?.is_some())
+    }
+
+    /// Copies what slot `key` stores into `out` (cleared first): a plain value, or a version
+    /// chain's address; `None` if absent. Optimistic, then shared latches if writers keep
+    /// invalidating the reads.
+    pub(crate) fn get_stored(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>> {
+        self.check_key(key)?;
         for attempt in 0.. {
             out.clear();
             let found = if attempt < OPTIMISTIC_ATTEMPTS {
-                self.try_get(key, out, &guard)
+                self.try_get(key, out, guard)
             } else {
-                self.get_shared(key, out, &guard)
+                self.get_shared(key, out, guard)
             };
             match found {
                 Ok(found) => return Ok(found),
@@ -293,20 +301,18 @@ impl BTree {
         unreachable!("the loop returns")
     }
 
-    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<bool, Restart> {
+    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Restart> {
         let path = self.descend(key, 0, false, guard)?;
         let leaf = NodeRef::new(&path.at.node.page);
         let slot = leaf.search(key, false, self.layout, self.prefetch_depth());
         let found = leaf.key_equals(slot, key);
-        if found {
-            self.read_value(leaf, slot, out, guard)?;
-        }
+        let stored = if found { Some(self.read_stored(leaf, slot, out, guard)?) } else { None };
         path.at.version.validate()?;
-        Ok(found)
+        Ok(stored)
     }
 
     /// Shared-mode lock coupling: slower, but it cannot be starved by writers.
-    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<bool, Restart> {
+    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Restart> {
         let pid = self.root.load(Acquire);
         let mut node = self.pages.get(pid, guard).ok_or(Restart)?;
         let mut held = node.latch.shared();
@@ -318,15 +324,23 @@ impl BTree {
             if n.is_leaf() {
                 let slot = n.search(key, false, self.layout, 0);
                 let found = n.key_equals(slot, key);
-                if found {
-                    self.read_value(n, slot, out, guard)?;
-                }
-                return Ok(found);
+                return if found { Ok(Some(self.read_stored(n, slot, out, guard)?)) } else { Ok(None) };
             }
             let child = self.pages.get(n.child(n.search(key, true, self.layout, 0)), guard).ok_or(Restart)?;
             let child_held = child.latch.shared();
             drop(held);
             (node, held) = (child, child_held);
+        }
+    }
+
+    /// Appends what slot `slot` stores to `out`: its value, or its chain address.
+    fn read_stored(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>, guard: &Guard) -> Result<Stored, Restart> {
+        if leaf.value_ref(slot).flags & FLAG_CHAIN != 0 {
+            leaf.chain_into(slot, out);
+            Ok(Stored::Chain)
+        } else {
+            self.read_value(leaf, slot, out, guard)?;
+            Ok(Stored::Plain)
         }
     }
 
@@ -393,27 +407,41 @@ impl BTree {
         }
     }
 
-    /// One attempt at a put; `Ok(true)` if the key existed (and, for `Upsert`, was replaced).
-    fn try_put(&self, key: &[u8], value: &[u8], flags: u16, mode: PutMode, guard: &Guard) -> Result<bool, Restart> {
+    /// Descends to the leaf for `key` on behalf of a writer, splitting full inner nodes on the
+    /// way (so a leaf split always fits in its parent); returns the leaf and its parent.
+    pub(crate) fn descend_to_write<'g>(
+        &self,
+        key: &[u8],
+        guard: &'g Guard,
+    ) -> Result<(Visit<'g>, Option<Visit<'g>>), Restart> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         let mut parent: Option<Visit<'_>> = None;
         loop {
             let n = NodeRef::new(&at.node.page);
-            if !n.is_leaf() {
-                match self.room(n, self.max_key_len(), 0) {
-                    Room::InPlace => {}
-                    room => {
-                        self.make_room(parent, at, room, guard)?;
-                        return Err(Restart);
-                    }
-                }
-                let slot = n.search(key, true, layout, pf);
-                let child = self.child(&at, slot, guard)?;
-                parent = Some(at);
-                at = child;
-                continue;
+            if n.is_leaf() {
+                return Ok((at, parent));
             }
+            match self.room(n, self.max_key_len(), 0) {
+                Room::InPlace => {}
+                room => {
+                    self.make_room(parent, at, room, guard)?;
+                    return Err(Restart);
+                }
+            }
+            let slot = n.search(key, true, layout, pf);
+            let child = self.child(&at, slot, guard)?;
+            parent = Some(at);
+            at = child;
+        }
+    }
+
+    /// One attempt at a put; `Ok(true)` if the key existed (and, for `Upsert`, was replaced).
+    fn try_put(&self, key: &[u8], value: &[u8], flags: u16, mode: PutMode, guard: &Guard) -> Result<bool, Restart> {
+        let (layout, pf) = (self.layout, self.prefetch_depth());
+        let (at, parent) = self.descend_to_write(key, guard)?;
+        {
+            let n = NodeRef::new(&at.node.page);
             let slot = n.search(key, false, layout, pf);
             let existed = n.key_equals(slot, key);
             if existed && mode == PutMode::InsertNew {
@@ -448,12 +476,12 @@ impl BTree {
                     return Err(Restart);
                 }
             }
-            return Ok(existed);
+            Ok(existed)
         }
     }
 
     /// Frees slot `slot`'s overflow chain, if it has one (the slot is about to go).
-    fn free_value(&self, leaf: NodeRef<'_>, slot: usize, guard: &Guard) {
+    pub(crate) fn free_value(&self, leaf: NodeRef<'_>, slot: usize, guard: &Guard) {
         if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
             let (first, len) = leaf.overflow_ref(slot);
             overflow::free(&self.pages, first, len, guard);
@@ -461,7 +489,7 @@ impl BTree {
     }
 
     /// Whether `n` can take an entry with a key of `key_len` and a payload of `value_len` bytes.
-    fn room(&self, n: NodeRef<'_>, key_len: usize, value_len: usize) -> Room {
+    pub(crate) fn room(&self, n: NodeRef<'_>, key_len: usize, value_len: usize) -> Room {
         if n.fits_in_place(key_len, value_len, self.layout) {
             Room::InPlace
         } else if n.used_space() + n.entry_space(key_len, value_len, self.layout) <= self.pages.page_size() - HEADER {
@@ -472,7 +500,7 @@ impl BTree {
     }
 
     /// Rewrites `n` from `entries` with its own fences (the caller holds it exclusively).
-    fn rebuild(&self, n: NodeRef<'_>, entries: &[Entry]) {
+    pub(crate) fn rebuild(&self, n: NodeRef<'_>, entries: &[Entry]) {
         let (lower, upper) = (n.lower_fence(), n.upper_fence());
         let spec = NodeSpec {
             leaf: n.is_leaf(),
@@ -487,7 +515,13 @@ impl BTree {
 
     /// Compacts or splits `at` (with `parent`, the node above it, if any). Upgrades the
     /// parent, then the node; any change since they were read is a `Restart`.
-    fn make_room(&self, parent: Option<Visit<'_>>, at: Visit<'_>, room: Room, guard: &Guard) -> Result<(), Restart> {
+    pub(crate) fn make_room(
+        &self,
+        parent: Option<Visit<'_>>,
+        at: Visit<'_>,
+        room: Room,
+        guard: &Guard,
+    ) -> Result<(), Restart> {
         if let Room::AfterRebuild = room {
             let _x = at.version.into_exclusive()?;
             let n = NodeRef::new(&at.node.page);
@@ -587,13 +621,13 @@ impl BTree {
         Ok((true, self.underfull(leaf)))
     }
 
-    fn underfull(&self, n: NodeRef<'_>) -> bool {
+    pub(crate) fn underfull(&self, n: NodeRef<'_>) -> bool {
         n.used_space() <= self.pages.page_size() / 4
     }
 
     /// Merges the underfull node holding `key` at each level with a sibling, from the leaves
     /// up, while merges succeed (best effort: gives up on repeated interference).
-    fn merge_upwards(&self, key: &[u8], guard: &Guard) {
+    pub(crate) fn merge_upwards(&self, key: &[u8], guard: &Guard) {
         let mut level = 0;
         let mut attempts = 0;
         while attempts < OPTIMISTIC_ATTEMPTS {

@@ -143,11 +143,14 @@ fn bias(lm: &LockManager, object: u64) {
 /// the reader's release ordered before its own critical section, whatever slot value it reads.
 fn fast_reader_then_writer(reuse_slot: bool) {
     loom::model(move || {
-        let lm = Arc::new(LockManager::new(LockConfig {
-            partitions: 2,
-            fast_shared: true,
-            ..manager_config(DeadlockPolicy::OnConflict)
-        }).unwrap());
+        let lm = Arc::new(
+            LockManager::new(LockConfig {
+                partitions: 2,
+                fast_shared: true,
+                ..manager_config(DeadlockPolicy::OnConflict)
+            })
+            .unwrap(),
+        );
         let (a, b) = two_partitions();
         bias(&lm, a);
         bias(&lm, b);

@@ -38,6 +38,7 @@
 //! real latch code.
 
 pub(crate) mod aligned;
+pub mod asymmetric;
 mod class;
 mod counters;
 mod hybrid;

@@ -1,0 +1,260 @@
+//! What a leaf slot stores for the transaction layer: a plain value, or a version chain.
+//!
+//! A slot flagged [`FLAG_CHAIN`] holds the 8-byte address of a version chain that the
+//! transaction layer (`txn::version`) owns and frees through crossbeam-epoch. The tree never
+//! dereferences it: readers hand it to a [`Resolve`] after validating the leaf they read it
+//! from (so the address was in the tree while their epoch guard was pinned, and the chain is
+//! still allocated); writers change a slot between plain value, chain and nothing with
+//! [`BTree::update_chain`], under the leaf's exclusive latch.
+
+use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
+use super::tree::{BTree, Room};
+use crate::sync::Restart;
+use crate::Result;
+use crossbeam_epoch::Guard;
+
+/// Turns a version chain into the value a reader sees: how a [`Cursor`](super::Cursor) or
+/// [`Range`](super::Range) over a transactional table reads it. Implemented by tern's
+/// transaction layer; trees used through the plain `BTree` API never store chains and use
+/// [`Plain`].
+pub trait Resolve {
+    /// Appends the value visible in the chain at `chain` to `out` (empty first); false if the
+    /// reader sees nothing (no version visible to it, or a deletion).
+    fn resolve(&self, chain: usize, out: &mut Vec<u8>) -> bool;
+}
+
+/// The resolver of trees used through the plain `BTree` API, which never store chains.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Plain;
+
+impl Resolve for Plain {
+    fn resolve(&self, _chain: usize, _out: &mut Vec<u8>) -> bool {
+        debug_assert!(false, "a version chain in a tree used without transactions");
+        false
+    }
+}
+
+/// A slot's content as [`BTree::update_chain`] shows it to its closure.
+#[derive(Debug)]
+pub(crate) enum Current<'a> {
+    /// No slot for the key.
+    Absent,
+    /// A plain value (visible to every reader).
+    Plain(&'a [u8]),
+    /// A version chain's address.
+    Chain(usize),
+}
+
+/// What [`BTree::update_chain`] makes of the slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Leave it as it is.
+    Keep,
+    /// Store this chain address (replacing any plain value or other address).
+    Chain(usize),
+    /// Store this plain value; applied only if it fits in the leaf (else the slot is kept).
+    Plain(Vec<u8>),
+    /// Remove the slot.
+    Remove,
+}
+
+/// What a slot holds, as [`BTree::get_stored`] copied it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// A plain value.
+    Plain,
+    /// A chain address (8 bytes, little-endian).
+    Chain,
+}
+
+/// Whether [`BTree::update_chain`] applied the closure's change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    Yes,
+    /// A `Change::Plain` that did not fit: the slot is as it was.
+    NoRoom,
+}
+
+fn chain_bytes(chain: usize) -> [u8; 8] {
+    (chain as u64).to_le_bytes()
+}
+
+impl BTree {
+    /// Copies the value `key` has for a reader that sees chains through `resolver` into `out`
+    /// (cleared first); false if the reader sees none.
+    pub(crate) fn get_resolved(&self, key: &[u8], resolver: &impl Resolve, out: &mut Vec<u8>) -> Result<bool> {
+        let guard = crossbeam_epoch::pin();
+        match self.get_stored(key, out, &guard)? {
+            Some(Stored::Chain) => {
+                // The leaf validated, so the address is live under `guard`.
+                let chain = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) as usize;
+                out.clear();
+                Ok(resolver.resolve(chain, out))
+            }
+            Some(Stored::Plain) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
+    /// Calls `f` once, under the exclusive latch of `key`'s leaf, with the slot's content, and
+    /// applies the change it returns. Also returns `f`'s second result.
+    ///
+    /// `f` runs only once the leaf has room for a chain record that keeps `reserve` bytes (the
+    /// size of the value the chain will later fold back into; 0 if unknown), so a
+    /// `Change::Chain` is always applied; a `Change::Plain` too large to fit is not
+    /// (`Applied::NoRoom`). Changes reuse the slot's record in place where it is large enough,
+    /// so a key going from value to chain and back does not fragment the leaf. `f` must not
+    /// block: it runs under a latch.
+    pub(crate) fn update_chain<R>(
+        &self,
+        key: &[u8],
+        reserve: usize,
+        f: impl FnOnce(Current<'_>) -> (Change, R),
+    ) -> Result<(Applied, R)> {
+        self.check_key(key)?;
+        let reserve = self.chain_room(reserve);
+        let guard = crossbeam_epoch::pin();
+        let mut f = Some(f);
+        loop {
+            match self.try_update_chain(key, reserve, &mut f, &guard) {
+                Ok((applied, r, underfull)) => {
+                    if underfull {
+                        self.merge_upwards(key, &guard);
+                    }
+                    return Ok((applied, r));
+                }
+                Err(Restart) => self.count_restart(),
+            }
+        }
+    }
+
+    /// The record size of a chain that keeps room for a `reserve`-byte value: values too large
+    /// to sit in a leaf stay in the chain, so no room is kept for them.
+    fn chain_room(&self, reserve: usize) -> usize {
+        if reserve > self.max_inline() {
+            8
+        } else {
+            reserve.max(8)
+        }
+    }
+
+    fn try_update_chain<R, F: FnOnce(Current<'_>) -> (Change, R)>(
+        &self,
+        key: &[u8],
+        reserve: usize,
+        f: &mut Option<F>,
+        guard: &Guard,
+    ) -> Result<(Applied, R, bool), Restart> {
+        let (at, parent) = self.descend_to_write(key, guard)?;
+        let n = NodeRef::new(&at.node.page);
+        let slot = n.search(key, false, self.layout, self.prefetch_depth());
+        let existed = n.key_equals(slot, key);
+        if let Room::Split = self.room(n, key.len(), reserve) {
+            self.make_room(parent, at, Room::Split, guard)?;
+            return Err(Restart);
+        }
+        let _x = at.version.into_exclusive()?;
+        let v = if existed { n.value_ref(slot) } else { ValueRef { off: 0, len: 0, flags: 0 } };
+        let mut plain = Vec::new();
+        let current = if !existed {
+            Current::Absent
+        } else if v.flags & FLAG_CHAIN != 0 {
+            n.chain_into(slot, &mut plain);
+            Current::Chain(u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")) as usize)
+        } else {
+            self.read_value(n, slot, &mut plain, guard)?;
+            Current::Plain(&plain)
+        };
+        let (change, r) = (f.take().expect("called once: restarts happen before"))(current);
+        let applied = match change {
+            Change::Keep => Applied::Yes,
+            Change::Chain(chain) if existed && v.flags & FLAG_OVERFLOW == 0 && v.len >= 8 => {
+                // A chain, or a plain value with room for the address: in place, keeping room.
+                n.set_value_in_place(slot, &chain_bytes(chain), v.len, FLAG_CHAIN);
+                Applied::Yes
+            }
+            Change::Chain(chain) => {
+                let mut record = vec![0; reserve];
+                record[..8].copy_from_slice(&chain_bytes(chain));
+                self.replace_slot(n, slot, existed, key, &record, FLAG_CHAIN, guard);
+                Applied::Yes
+            }
+            Change::Plain(value) if existed && v.flags & FLAG_CHAIN != 0 && value.len() <= v.len => {
+                n.set_value_in_place(slot, &value, value.len(), 0);
+                Applied::Yes
+            }
+            Change::Plain(value) => {
+                if value.len() > self.max_inline() || matches!(self.room(n, key.len(), value.len()), Room::Split) {
+                    Applied::NoRoom
+                } else {
+                    self.replace_slot(n, slot, existed, key, &value, 0, guard);
+                    Applied::Yes
+                }
+            }
+            Change::Remove => {
+                if existed {
+                    self.free_value(n, slot, guard);
+                    n.remove_at(slot, self.layout);
+                }
+                Applied::Yes
+            }
+        };
+        Ok((applied, r, self.underfull(n)))
+    }
+
+    /// Puts `key` → `value` (with `flags`) at `slot`, replacing the slot if `existed`. The
+    /// caller holds the leaf exclusively and checked that the entry fits after a rebuild.
+    #[allow(clippy::too_many_arguments)]
+    fn replace_slot(
+        &self,
+        n: NodeRef<'_>,
+        slot: usize,
+        existed: bool,
+        key: &[u8],
+        value: &[u8],
+        flags: u16,
+        guard: &Guard,
+    ) {
+        if existed {
+            self.free_value(n, slot, guard);
+        }
+        if n.fits_in_place(key.len(), value.len(), self.layout) {
+            if existed {
+                n.remove_at(slot, self.layout);
+            }
+            n.insert_at(slot, key, value, value.len() as u32 | u32::from(flags) << 16, self.layout);
+            return;
+        }
+        let mut entries = Entry::read_all(n);
+        let entry = Entry { key: key.to_vec(), value: value.to_vec(), flags, child: 0 };
+        if existed {
+            entries[slot] = entry;
+        } else {
+            entries.insert(slot, entry);
+        }
+        self.rebuild(n, &entries);
+    }
+
+    /// Every chain address in the tree (for the owner to free them; call while no other
+    /// thread uses the tree).
+    pub(crate) fn chains(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut c = self.cursor_with(CollectChains(std::cell::RefCell::new(&mut out)));
+        let mut more = c.seek_first();
+        while more {
+            more = c.next_entry();
+        }
+        drop(c);
+        out
+    }
+}
+
+/// A resolver that records the chains it is shown (and hides their entries).
+struct CollectChains<'a>(std::cell::RefCell<&'a mut Vec<usize>>);
+
+impl Resolve for CollectChains<'_> {
+    fn resolve(&self, chain: usize, _out: &mut Vec<u8>) -> bool {
+        self.0.borrow_mut().push(chain);
+        false
+    }
+}

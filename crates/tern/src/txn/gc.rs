@@ -1,0 +1,199 @@
+//! Garbage collection of versions.
+//!
+//! Every write commit queues the keys it wrote (one queue per shard of threads, so committers do
+//! not share a lock). When a shard's queue has doubled since its last pass, the committing thread
+//! collects it: it reads the running snapshots one slot at a time (`context::active_snapshots`:
+//! begins and commits go on meanwhile), then, for each queued key, under its leaf latch:
+//!
+//! * **prunes** every version no running snapshot sees: a version stays if it is the newest, if
+//!   it committed after the scan started (snapshots taken since may need it), or if it is the
+//!   one some running snapshot sees (the newest at or below that snapshot). So a long-running
+//!   reader keeps exactly the versions it reads, one per key, and writers never wait for it;
+//! * **folds** a chain that is down to one committed version every running and future snapshot
+//!   sees back into a plain value in the leaf (or removes the key, for a deletion), so memory
+//!   returns to what the data needs once old readers end.
+//!
+//! A key whose chain could not be folded stays queued for the next pass.
+
+use super::version::{retire, Version, ABORTED, UNCOMMITTED};
+use crate::btree::stored::{Applied, Change, Current};
+use crate::btree::BTree;
+use crate::sync::{LatchClass, Mutex};
+use crate::Result;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::Ordering::{Acquire, Release};
+
+/// A key written by a commit.
+pub(crate) struct Item {
+    pub table: u32,
+    pub key: Box<[u8]>,
+}
+
+/// Queued keys of one shard.
+#[derive(Default)]
+struct Shard {
+    items: Vec<Item>,
+    /// Run a pass once the queue is this long.
+    pass_at: usize,
+}
+
+/// The fewest queued keys that trigger a pass.
+const PASS_MIN: usize = 256;
+/// Queue shards (threads pick one by their context index).
+pub(crate) const SHARDS: usize = 16;
+
+/// Counts of one collection pass.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Collected {
+    pub pruned: u64,
+    pub folded: u64,
+    pub remaining: usize,
+}
+
+/// The queues.
+pub(crate) struct Gc {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+}
+
+impl Gc {
+    pub fn new() -> Result<Gc> {
+        let class = LatchClass::register("txn.gc")?;
+        let shards = (0..SHARDS)
+            .map(|_| CachePadded::new(Mutex::with_class(Shard { items: Vec::new(), pass_at: PASS_MIN }, class)))
+            .collect();
+        Ok(Gc { shards })
+    }
+
+    /// Queues `items` on `shard`; returns the shard's queue if it is due for a pass.
+    pub fn push(&self, shard: usize, items: impl IntoIterator<Item = Item>) -> Option<Vec<Item>> {
+        let mut s = self.shards[shard % SHARDS].lock();
+        s.items.extend(items);
+        (s.items.len() >= s.pass_at).then(|| std::mem::take(&mut s.items))
+    }
+
+    /// Every shard's queue (for a full pass).
+    pub fn take_all(&self) -> Vec<(usize, Vec<Item>)> {
+        (0..SHARDS).map(|i| (i, std::mem::take(&mut self.shards[i].lock().items))).collect()
+    }
+
+    /// Requeues what a pass left, and sets when the next pass is due.
+    pub fn put_back(&self, shard: usize, rest: Vec<Item>) {
+        let mut s = self.shards[shard % SHARDS].lock();
+        s.pass_at = (rest.len() * 2).max(PASS_MIN);
+        s.items.extend(rest);
+    }
+
+    /// Keys queued now.
+    pub fn queued(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().items.len()).sum()
+    }
+}
+
+/// Collects `items`, whose tables `tree` finds, given the running snapshots (sorted) and the
+/// clock read before they were scanned; returns what is left and what was done.
+pub(crate) fn collect<'t>(
+    (mut snapshots, horizon): (Vec<u64>, u64),
+    items: Vec<Item>,
+    tree: impl Fn(u32) -> Option<&'t BTree>,
+) -> (Vec<Item>, Collected) {
+    let at = snapshots.partition_point(|&s| s < horizon);
+    snapshots.insert(at, horizon);
+    let oldest = snapshots[0];
+    let mut done = Collected::default();
+    let mut rest = Vec::new();
+    // In key order, once per key: neighbouring keys share leaves, which stay in the cache.
+    let mut items = items;
+    items.sort_unstable_by(|a, b| (a.table, &a.key).cmp(&(b.table, &b.key)));
+    items.dedup_by(|a, b| a.table == b.table && a.key == b.key);
+    for item in items {
+        let Some(tree) = tree(item.table) else { continue };
+        let guard = crossbeam_epoch::pin();
+        let outcome = tree.update_chain(&item.key, 0, |current| match current {
+            Current::Chain(head) => {
+                // SAFETY: the chain is in the tree and we hold its leaf exclusively: nobody
+                // else changes it, and it is allocated.
+                let pruned = unsafe { prune(head as *mut Version, &snapshots, horizon, &guard) };
+                // SAFETY: as above.
+                let change = unsafe { fold(head as *mut Version, oldest) };
+                let folding = change != Change::Keep;
+                (change, Some((pruned, head, folding)))
+            }
+            _ => (Change::Keep, None),
+        });
+        match outcome {
+            Ok((_, None)) => {} // a plain value or nothing: done
+            Ok((applied, Some((pruned, head, folding)))) => {
+                done.pruned += pruned;
+                if folding && applied == Applied::Yes {
+                    done.folded += 1;
+                    // SAFETY: the slot no longer holds the chain (replaced under the latch),
+                    // whose only version was the head.
+                    unsafe { retire(head as *mut Version, &guard) };
+                } else {
+                    rest.push(item);
+                }
+            }
+            Err(_) => rest.push(item),
+        }
+    }
+    done.remaining = rest.len();
+    (rest, done)
+}
+
+/// Unlinks the versions of the chain at `head` that no snapshot in `snapshots` (sorted, the
+/// scan's clock `horizon` included) sees and that committed at or before `horizon`; returns how
+/// many.
+///
+/// # Safety
+/// The caller holds the chain's leaf exclusively (no other chain change can run), and `head` is
+/// the chain in the leaf.
+unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, guard: &crossbeam_epoch::Guard) -> u64 {
+    // SAFETY: the chain is allocated (caller).
+    let head_ref = unsafe { &*head };
+    let mut newer = match head_ref.ts.load(Acquire) {
+        ts if ts >= UNCOMMITTED => u64::MAX, // uncommitted or aborted: sees nothing
+        ts => ts,
+    };
+    let mut kept = head_ref;
+    let mut at = kept.next.load(Acquire);
+    let mut pruned = 0;
+    while !at.is_null() {
+        // SAFETY: reachable from the chain, so allocated.
+        let v = unsafe { &*at };
+        let next = v.next.load(Acquire);
+        let ts = v.ts.load(Acquire);
+        debug_assert!(ts < UNCOMMITTED || ts == ABORTED, "only the newest version can be uncommitted");
+        // The first snapshot at or above `ts`: it sees this version if it is below `newer`.
+        let seen = snapshots.get(snapshots.partition_point(|&s| s < ts)).is_some_and(|&s| s < newer);
+        if seen || ts > horizon {
+            kept = v;
+            newer = ts;
+        } else {
+            kept.next.store(next, Release);
+            // SAFETY: unlinked just now (readers still on it are protected by the epoch).
+            unsafe { retire(at, guard) };
+            pruned += 1;
+        }
+        at = next;
+    }
+    pruned
+}
+
+/// The change that folds the chain at `head` back into the leaf, if it is a single committed
+/// version every snapshot at or above `oldest` sees; `Keep` otherwise.
+///
+/// # Safety
+/// As for [`prune`].
+unsafe fn fold(head: *mut Version, oldest: u64) -> Change {
+    // SAFETY: the chain is allocated (caller).
+    let v = unsafe { &*head };
+    let ts = v.ts.load(Acquire);
+    if !v.next.load(Acquire).is_null() || ts >= UNCOMMITTED || ts > oldest {
+        return Change::Keep;
+    }
+    // SAFETY: committed (its stamp was acquired above).
+    match unsafe { v.value() } {
+        Some(value) => Change::Plain(value.to_vec()),
+        None => Change::Remove,
+    }
+}

@@ -1,0 +1,496 @@
+//! [`Txn`]: one transaction's reads, writes, scans, commit and abort.
+
+use super::context::{claim_slot, next_commit_ts, Slot, COMMITTING, IDLE};
+use super::gc::Item;
+use super::version::{retire, Reader, Version, View, ABORTED};
+use super::{Counter, TxnOptions};
+use crate::btree::stored::{Change, Current};
+use crate::btree::{Range, MAX_VALUE};
+use crate::db::{DbInner, Table, TableInner};
+use crate::lock::{key_id, LockMode, LockObject, Locker, Wait};
+use crate::{Error, Result};
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::ptr;
+use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use std::sync::Arc;
+
+/// What a writing transaction holds: its locker and the keys it wrote. Pooled by the database
+/// (the locker and the list's capacity are reused; a write transaction allocates neither).
+pub(crate) struct Writer {
+    pub locker: Locker,
+    writes: Vec<Write>,
+}
+
+impl Writer {
+    pub fn new(locker: Locker) -> Writer {
+        Writer { locker, writes: Vec::new() }
+    }
+}
+
+/// A key the transaction wrote, and its version (to stamp at commit, unlink at abort).
+struct Write {
+    /// `None`: the default table.
+    table: Option<Arc<TableInner>>,
+    key: Box<[u8]>,
+    version: *mut Version,
+}
+
+// SAFETY: the version is `Send + Sync`; the pointer is only dereferenced by the transaction that
+// made it (which stays on its thread), and a pooled write list is always empty.
+unsafe impl Send for Write {}
+
+/// A transaction, from [`Db::begin`](crate::Db::begin), [`Db::begin_read`](crate::Db::begin_read)
+/// or [`Db::begin_with`](crate::Db::begin_with).
+///
+/// Reads see the snapshot of the moment it began, plus its own writes. [`commit`](Txn::commit)
+/// and [`abort`](Txn::abort) consume it; dropping it uncommitted aborts it. A transaction stays
+/// on the thread that began it (it is neither `Send` nor `Sync`).
+pub struct Txn<'db> {
+    // Kept small (64 bytes): a transaction is moved by value on every begin and commit; a large
+    // move costs a library `memcpy` and a store-forwarding stall on the next read.
+    db: &'db DbInner,
+    slot: &'static Slot,
+    snapshot: u64,
+    /// The write sequence number in the slot (read-write transactions).
+    seq: u64,
+    /// How long a write waits for a lock: [`NO_WAIT`], [`FOREVER`], or nanoseconds.
+    wait_ns: u64,
+    /// Locks and writes, from the database's pool at the first write.
+    writer: Option<Box<Writer>>,
+    /// The context's index (picks the locker pool and the collection queue).
+    shard: u32,
+    /// The context's index when it is this thread's own (exclusive counter shard); `SHARED`
+    /// otherwise.
+    owner: u32,
+    /// Why the transaction can only be aborted now: `OK`, `CONFLICTED`, `DEADLOCKED`.
+    failed: u8,
+    read_only: bool,
+    finished: bool,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+const NO_WAIT: u64 = 0;
+const FOREVER: u64 = u64::MAX;
+const SHARED: u32 = u32::MAX;
+const OK: u8 = 0;
+const CONFLICTED: u8 = 1;
+const DEADLOCKED: u8 = 2;
+
+/// What a write did to its key's chain.
+enum Outcome {
+    /// Nothing to delete.
+    Nothing,
+    /// A new version on top of the chain (`created`: versions allocated, the base of a former
+    /// plain value included).
+    Pushed { version: *mut Version, created: u64, existed: bool },
+    /// The transaction's own version, rewritten.
+    Rewrote { existed: bool },
+    /// A newer committed version than the snapshot.
+    Conflict,
+}
+
+impl<'db> Txn<'db> {
+    // Always inlined: the transaction is then built where the caller keeps it, not built and
+    // copied (a copy of a freshly written struct stalls on store forwarding).
+    #[inline(always)]
+    pub(crate) fn begin(db: &'db DbInner, options: TxnOptions) -> Txn<'db> {
+        let claimed = claim_slot();
+        let slot = claimed.slot;
+        let snapshot = match &db.global {
+            None => slot.announce(db.id),
+            Some(list) => {
+                let snapshot = list.begin(slot);
+                slot.announce_snapshot(db.id, snapshot);
+                snapshot
+            }
+        };
+        let seq = if options.read_only { 0 } else { slot.start_writing() };
+        let index = claimed.context.index as u32;
+        let owner = if claimed.own { index } else { SHARED };
+        Txn {
+            db,
+            slot,
+            snapshot,
+            seq,
+            wait_ns: match options.lock_wait {
+                _ if options.read_only => FOREVER,
+                Wait::No => NO_WAIT,
+                Wait::Forever => FOREVER,
+                Wait::Timeout(d) => (d.as_nanos() as u64).clamp(1, FOREVER - 1),
+            },
+            writer: None,
+            shard: index,
+            owner,
+            failed: OK,
+            read_only: options.read_only,
+            finished: false,
+            _thread_bound: PhantomData,
+        }
+    }
+
+    #[inline]
+    fn count(&self, counter: Counter, n: u64) {
+        self.db.counters.add((self.owner != SHARED).then_some(self.owner as usize), counter, n);
+    }
+
+    /// Who reads: the snapshot, and (read-write) the transaction's own writes.
+    #[inline]
+    fn reader(&self) -> Reader {
+        Reader { snapshot: self.snapshot, me: (!self.read_only).then_some((self.slot, self.seq)) }
+    }
+
+    fn lock_wait(&self) -> Wait {
+        match self.wait_ns {
+            NO_WAIT => Wait::No,
+            FOREVER => Wait::Forever,
+            ns => Wait::Timeout(std::time::Duration::from_nanos(ns)),
+        }
+    }
+
+    fn fail_reason(&self) -> &'static str {
+        match self.failed {
+            CONFLICTED => "a write conflict",
+            _ => "a deadlock",
+        }
+    }
+
+    /// The snapshot timestamp: this transaction sees every commit at or below it.
+    pub fn snapshot(&self) -> u64 {
+        self.snapshot
+    }
+
+    /// Whether this transaction was begun read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Table `name` of the database ([`Error::NoSuchTable`] if there is none).
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.db.table(name)
+    }
+
+    // ---- reads ----
+
+    /// The value of `key` in the default table.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_from(&self.db.default_table, key)
+    }
+
+    /// The value of `key` in `table`.
+    pub fn get_in(&self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_table(table)?;
+        self.get_from(&table.inner, key)
+    }
+
+    fn get_from(&self, table: &TableInner, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_usable()?;
+        let mut out = Vec::new();
+        Ok(table.tree.get_resolved(key, &View { reader: self.reader() }, &mut out)?.then_some(out))
+    }
+
+    /// The entries of the default table with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or
+    /// `..`), in key order; `.rev()` for descending order.
+    pub fn range<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'_>> {
+        self.check_usable()?;
+        Ok(TxnRange { inner: self.db.default_table.tree.range_with(range, View { reader: self.reader() }) })
+    }
+
+    /// [`Txn::range`] over `table`.
+    pub fn range_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'t>> {
+        self.check_usable()?;
+        self.check_table(table)?;
+        Ok(TxnRange { inner: table.inner.tree.range_with(range, View { reader: self.reader() }) })
+    }
+
+    // ---- writes ----
+
+    /// Sets `key` to `value` in the default table.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let db = self.db;
+        self.write(&db.default_table, None, key, Some(value)).map(|_| ())
+    }
+
+    /// Sets `key` to `value` in `table`.
+    pub fn put_in(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_table(table)?;
+        self.write(&table.inner, Some(&table.inner), key, Some(value)).map(|_| ())
+    }
+
+    /// Deletes `key` from the default table; returns whether this transaction saw it.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let db = self.db;
+        self.write(&db.default_table, None, key, None)
+    }
+
+    /// Deletes `key` from `table`; returns whether this transaction saw it.
+    pub fn delete_in(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
+        self.check_table(table)?;
+        self.write(&table.inner, Some(&table.inner), key, None)
+    }
+
+    fn write(
+        &mut self,
+        table: &TableInner,
+        named: Option<&Arc<TableInner>>,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<bool> {
+        self.check_usable()?;
+        if self.read_only {
+            return Err(Error::ReadOnlyTxn);
+        }
+        table.tree.check_key(key)?;
+        if let Some(v) = value.filter(|v| v.len() > MAX_VALUE) {
+            return Err(Error::ValueTooLarge { len: v.len(), max: MAX_VALUE });
+        }
+        self.lock_key(table.id, key)?;
+        let (me, snapshot) = ((self.slot, self.seq), self.snapshot);
+        let reserve = value.map_or(0, <[u8]>::len);
+        let (_, outcome) =
+            table.tree.update_chain(key, reserve, |current| write_version(current, me, snapshot, value))?;
+        match outcome {
+            Outcome::Nothing => Ok(false),
+            Outcome::Rewrote { existed } => Ok(existed),
+            Outcome::Pushed { version, created, existed } => {
+                self.count(Counter::VersionsCreated, created);
+                let writer = self.writer.as_mut().expect("locked the key: the writer exists");
+                writer.writes.push(Write { table: named.cloned(), key: key.into(), version });
+                Ok(existed)
+            }
+            Outcome::Conflict => {
+                self.failed = CONFLICTED;
+                self.count(Counter::Conflicts, 1);
+                Err(Error::Conflict)
+            }
+        }
+    }
+
+    /// Locks `key` of table `table` exclusively until the transaction ends.
+    fn lock_key(&mut self, table: u32, key: &[u8]) -> Result<()> {
+        let (db, shard, wait) = (self.db, self.shard as usize, self.lock_wait());
+        let writer = self.writer.get_or_insert_with(|| db.take_writer(shard));
+        match db.locks.lock(&writer.locker, LockObject::Id(key_id(table, key)), LockMode::X, wait) {
+            Err(Error::Deadlock) => {
+                self.failed = DEADLOCKED;
+                self.count(Counter::Deadlocks, 1);
+                Err(Error::Deadlock)
+            }
+            other => other,
+        }
+    }
+
+    // ---- end ----
+
+    /// Commits: the writes become visible, atomically, to transactions that begin afterwards.
+    /// A transaction that failed earlier is aborted instead ([`Error::TxnFailed`]).
+    #[inline(always)]
+    pub fn commit(mut self) -> Result<()> {
+        if self.failed == OK && self.writer.is_none() {
+            // Nothing written, nothing locked (read-only, or read-write that only read): leave.
+            self.end_light();
+            self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Committed }, 1);
+            // Ended, and holding nothing to free: skip the drop glue of the hottest path.
+            std::mem::forget(self);
+            return Ok(());
+        }
+        self.commit_writes()
+    }
+
+    /// The commit of a transaction that wrote (or tried to).
+    #[cold]
+    fn commit_writes(mut self) -> Result<()> {
+        if self.failed != OK {
+            let reason = self.fail_reason();
+            self.rollback();
+            return Err(Error::TxnFailed { reason });
+        }
+        let writes = &self.writer.as_ref().expect("it wrote").writes;
+        if !writes.is_empty() {
+            // Readers that meet our versions from here on wait for the stamp (see `context.rs`).
+            self.slot.state.store(self.seq << 2 | COMMITTING, SeqCst);
+            let ts = next_commit_ts();
+            for w in writes {
+                // SAFETY: our version, linked in its chain until we unlock its key (below).
+                unsafe { &*w.version }.ts.store(ts, Release);
+            }
+            self.slot.state.store(self.seq << 2 | IDLE, Release);
+        }
+        let items: Vec<Item> = self
+            .writer
+            .as_mut()
+            .expect("it wrote")
+            .writes
+            .drain(..)
+            .map(|w| Item { table: w.table.as_ref().map_or(0, |t| t.id), key: w.key })
+            .collect();
+        self.end();
+        self.count(Counter::Committed, 1);
+        if !items.is_empty() {
+            self.db.queue_for_gc(self.shard as usize, items);
+        }
+        Ok(())
+    }
+
+    /// Aborts: the writes are undone; nobody ever saw them.
+    pub fn abort(mut self) {
+        self.rollback();
+    }
+
+    /// Unlinks the transaction's versions, newest write first, and ends it.
+    fn rollback(&mut self) {
+        let guard = crossbeam_epoch::pin();
+        let mut retired = 0;
+        let mut refold = Vec::new();
+        let writes = self.writer.as_mut().map(|w| std::mem::take(&mut w.writes)).unwrap_or_default();
+        for w in writes.into_iter().rev() {
+            let table = w.table.as_deref().unwrap_or(&*self.db.default_table);
+            // SAFETY: our version, linked in its chain while we hold the key's lock.
+            let v = unsafe { &*w.version };
+            v.ts.store(ABORTED, Release);
+            let unlinked = table.tree.update_chain(&w.key, 0, |current| match current {
+                Current::Chain(head) if head == w.version as usize => {
+                    let next = v.next.load(Acquire);
+                    (if next.is_null() { Change::Remove } else { Change::Chain(next as usize) }, !next.is_null())
+                }
+                _ => (Change::Keep, false),
+            });
+            match unlinked {
+                Ok((_, older)) => {
+                    // SAFETY: unlinked just now (the chain's head was our version).
+                    unsafe { retire(w.version, &guard) };
+                    retired += 1;
+                    if older {
+                        // What is left may fold back into a plain value.
+                        refold.push(Item { table: table.id, key: w.key });
+                    }
+                }
+                Err(e) => debug_assert!(false, "unlinking a version of a checked key failed: {e}"),
+            }
+        }
+        self.end();
+        self.count(Counter::VersionsAborted, retired);
+        // Ending a read-only transaction either way is the same thing: count it once.
+        self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Aborted }, 1);
+        if !refold.is_empty() {
+            self.db.queue_for_gc(self.shard as usize, refold);
+        }
+    }
+
+    /// Leaves the slot and releases the locks.
+    fn end(&mut self) {
+        self.end_light();
+        if let Some(writer) = self.writer.take() {
+            self.db.return_writer(self.shard as usize, writer);
+        }
+    }
+
+    /// Leaves the slot (and the global list); the locks, if any, are `end`'s.
+    #[inline]
+    fn end_light(&mut self) {
+        self.finished = true;
+        if !self.read_only {
+            self.slot.state.store(self.seq << 2 | IDLE, Release);
+        }
+        if let Some(list) = &self.db.global {
+            list.end(self.slot);
+        }
+        self.slot.release();
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match self.failed {
+            OK => Ok(()),
+            _ => Err(Error::TxnFailed { reason: self.fail_reason() }),
+        }
+    }
+
+    fn check_table(&self, table: &Table) -> Result<()> {
+        if table.inner.db != self.db.id {
+            return Err(Error::InvalidArgument(format!("table {:?} belongs to another database", table.inner.name)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.rollback();
+        }
+    }
+}
+
+impl std::fmt::Debug for Txn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txn")
+            .field("snapshot", &self.snapshot)
+            .field("read_only", &self.read_only)
+            .field("writes", &self.writer.as_ref().map_or(0, |w| w.writes.len()))
+            .field("failed", &(self.failed != OK).then(|| self.fail_reason()))
+            .finish()
+    }
+}
+
+/// Decides a write under the key's leaf latch: first updater wins, then push a version (or
+/// rewrite our own).
+fn write_version(
+    current: Current<'_>,
+    me: (&'static Slot, u64),
+    snapshot: u64,
+    value: Option<&[u8]>,
+) -> (Change, Outcome) {
+    let (slot, seq) = me;
+    let owned = || value.map(Box::<[u8]>::from);
+    let push = |next: *mut Version, created: u64, existed: bool| {
+        let version = Version::new_uncommitted(slot, seq, owned(), next);
+        (Change::Chain(version as usize), Outcome::Pushed { version, created, existed })
+    };
+    match current {
+        Current::Absent if value.is_none() => (Change::Keep, Outcome::Nothing),
+        Current::Absent => push(ptr::null_mut(), 1, false),
+        Current::Plain(bytes) => push(Version::new_base(slot, bytes), 2, true),
+        Current::Chain(head) => {
+            // SAFETY: the chain is in the tree and we hold its leaf exclusively.
+            let h = unsafe { &*(head as *const Version) };
+            if h.written_by(Some(me)) {
+                // SAFETY: our own uncommitted version; nobody else reads its value.
+                let existed = unsafe { h.value() }.is_some();
+                // SAFETY: as above, and no reference to the old value is alive.
+                unsafe { h.set_value(owned()) };
+                return (Change::Keep, Outcome::Rewrote { existed });
+            }
+            // We hold the key's lock: every other writer's version is committed (stamped
+            // before it unlocked) or gone (unlinked before it unlocked).
+            let ts = h.ts.load(Acquire);
+            if ts > snapshot {
+                return (Change::Keep, Outcome::Conflict);
+            }
+            // SAFETY: committed at `ts <= snapshot`: we see it.
+            let existed = unsafe { h.value() }.is_some();
+            if value.is_none() && !existed {
+                return (Change::Keep, Outcome::Nothing);
+            }
+            push(head as *mut Version, 1, existed)
+        }
+    }
+}
+
+/// The entries of a key range as a transaction sees them, from either end ([`Txn::range`]).
+pub struct TxnRange<'t> {
+    inner: Range<'t, View>,
+}
+
+impl Iterator for TxnRange<'_> {
+    type Item = (Vec<u8>, Vec<u8>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next()
+    }
+}
+
+impl DoubleEndedIterator for TxnRange<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.inner.next_back()
+    }
+}

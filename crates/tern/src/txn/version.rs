@@ -1,0 +1,224 @@
+//! Versions: what a key was at each commit, newest first, hanging off its leaf slot.
+//!
+//! A leaf slot either holds a plain value (committed long enough ago that every snapshot sees it)
+//! or the address of its newest [`Version`] (`btree::stored`). Each version links to the next
+//! older one. A version's timestamp is its commit timestamp, `BASE` (0: a former plain value,
+//! visible to everyone), `UNCOMMITTED` (its writer has not committed: who the writer is says
+//! the version's slot and sequence number), or `ABORTED`.
+//!
+//! # Who changes what
+//! * A writer holds the key's exclusive lock (lock manager) and changes the chain only under the
+//!   leaf's exclusive latch (`BTree::update_chain`): it pushes a version, or rewrites the value of
+//!   its own uncommitted version in place. So at most one uncommitted version exists per key, and
+//!   it is the newest.
+//! * Commit stamps the writer's versions with the commit timestamp; abort marks them `ABORTED`
+//!   and unlinks them (they are the newest, under the lock), under the leaf latch.
+//! * The collector unlinks versions no running snapshot can see, under the leaf latch; never the
+//!   newest one (see `gc.rs`).
+//!
+//! Readers take no latch: they walk the chain under a crossbeam-epoch guard (unlinked versions
+//! are freed through the epoch, so a reader standing on one can still follow it to older ones).
+//! A version's value is read only when the reader sees the version (committed, or its own), and
+//! is never changed after commit.
+
+use super::context::{Slot, ACTIVE};
+use crate::btree::Resolve;
+use crossbeam_epoch::Guard;
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
+
+/// Timestamp of a version made from a plain value: visible to every snapshot.
+pub(crate) const BASE: u64 = 0;
+/// Timestamp of a version whose writer has not committed.
+pub(crate) const UNCOMMITTED: u64 = u64::MAX - 1;
+/// Timestamp of a version whose writer aborted.
+pub(crate) const ABORTED: u64 = u64::MAX;
+
+/// One version of one key.
+pub(crate) struct Version {
+    /// Commit timestamp, or `BASE`, `UNCOMMITTED`, `ABORTED`.
+    pub ts: AtomicU64,
+    /// The writer's slot and sequence number (meaningful while `UNCOMMITTED`).
+    writer: &'static Slot,
+    writer_seq: u64,
+    /// The next older version.
+    pub next: AtomicPtr<Version>,
+    /// The value; `None` is a deletion. Rewritten in place only by its writer while uncommitted.
+    value: UnsafeCell<Option<Box<[u8]>>>,
+}
+
+// SAFETY: `value` is written only by the version's writer while it is uncommitted, and read by
+// others only once they see the version committed (the stamp is a release store they acquire),
+// so accesses to it never race; everything else is atomic or immutable.
+unsafe impl Sync for Version {}
+// SAFETY: as for `Sync`.
+unsafe impl Send for Version {}
+
+/// Who is reading: a snapshot timestamp, and the reader's own writes (its slot and sequence).
+#[derive(Clone, Copy)]
+pub(crate) struct Reader {
+    pub snapshot: u64,
+    pub me: Option<(&'static Slot, u64)>,
+}
+
+impl Version {
+    /// A new uncommitted version by the writer `(slot, seq)`, on top of `next`. Returns its
+    /// address (the caller links it and, eventually, frees it with [`retire`]).
+    pub fn new_uncommitted(
+        slot: &'static Slot,
+        seq: u64,
+        value: Option<Box<[u8]>>,
+        next: *mut Version,
+    ) -> *mut Version {
+        Box::into_raw(Box::new(Version {
+            ts: AtomicU64::new(UNCOMMITTED),
+            writer: slot,
+            writer_seq: seq,
+            next: AtomicPtr::new(next),
+            value: UnsafeCell::new(value),
+        }))
+    }
+
+    /// A version standing for a plain value (timestamp `BASE`).
+    pub fn new_base(slot: &'static Slot, value: &[u8]) -> *mut Version {
+        let v = Version::new_uncommitted(slot, 0, Some(value.into()), ptr::null_mut());
+        // SAFETY: just allocated, not shared yet.
+        unsafe { &*v }.ts.store(BASE, Release);
+        v
+    }
+
+    /// Whether `(slot, seq)` wrote this uncommitted version.
+    #[inline]
+    pub fn written_by(&self, me: Option<(&'static Slot, u64)>) -> bool {
+        me.is_some_and(|(slot, seq)| ptr::eq(slot, self.writer) && seq == self.writer_seq)
+    }
+
+    /// Replaces the value of the caller's own uncommitted version.
+    ///
+    /// # Safety
+    /// The caller wrote this version, it is uncommitted, and nobody else reads its value
+    /// (others never read an uncommitted value; the caller does not hold a reference to it).
+    pub unsafe fn set_value(&self, value: Option<Box<[u8]>>) {
+        // SAFETY: forwarded from the contract.
+        unsafe { *self.value.get() = value };
+    }
+
+    /// The value.
+    ///
+    /// # Safety
+    /// The caller sees this version: it is committed (its stamp was acquired), or the caller
+    /// wrote it.
+    pub unsafe fn value(&self) -> Option<&[u8]> {
+        // SAFETY: forwarded from the contract: nobody writes the value any more, or the only
+        // writer is the caller.
+        unsafe { (*self.value.get()).as_deref() }
+    }
+
+    /// This version's commit timestamp as `reader` can use it: `Some(ts)` once committed
+    /// (`BASE` included), `None` if it never will be for this reader to see (uncommitted by
+    /// another running writer, or aborted). Waits out a writer caught committing.
+    pub fn settled_ts(&self, reader: &Reader) -> Option<u64> {
+        let mut spins = 0u32;
+        loop {
+            let ts = self.ts.load(Acquire);
+            if ts < UNCOMMITTED {
+                return Some(ts);
+            }
+            if ts == ABORTED {
+                return None;
+            }
+            if self.written_by(reader.me) {
+                return Some(BASE); // one's own writes are visible whatever the snapshot
+            }
+            let state = self.writer.state.load(Acquire);
+            if state == self.writer_seq << 2 | ACTIVE {
+                // It will commit after `reader`'s snapshot, if at all (see `context.rs`).
+                return None;
+            }
+            // `COMMITTING`, or the writer finished (`IDLE`, or a later sequence): the stamp is
+            // stored, or about to be. Look again.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The version of the chain at `head` that `reader` sees, if any (it may be a deletion).
+///
+/// # Safety
+/// `head` is a chain in the tree, read under `guard`'s pin (or the chain is otherwise kept
+/// alive), and `guard` outlives the returned reference.
+pub(crate) unsafe fn visible<'g>(head: *const Version, reader: &Reader, _guard: &'g Guard) -> Option<&'g Version> {
+    let mut at = head;
+    while !at.is_null() {
+        // SAFETY: versions reachable from a live chain are freed only through the epoch, after
+        // being unlinked; the caller's pin keeps every version it can reach allocated.
+        let v = unsafe { &*at };
+        if v.settled_ts(reader).is_some_and(|ts| ts <= reader.snapshot) {
+            return Some(v);
+        }
+        at = v.next.load(Acquire);
+    }
+    None
+}
+
+/// Frees a version once no reader can stand on it (it is unlinked from every chain).
+///
+/// # Safety
+/// `v` came from [`Version::new_uncommitted`] / [`Version::new_base`], is reachable from no
+/// chain or slot any more, and is retired once.
+pub(crate) unsafe fn retire(v: *mut Version, guard: &Guard) {
+    let addr = v as usize;
+    // SAFETY: the epoch runs this after every guard pinned at the unlink is gone, so nobody can
+    // reach the version; it was a `Box` (contract).
+    unsafe { guard.defer_unchecked(move || drop(Box::from_raw(addr as *mut Version))) };
+}
+
+/// A transaction's view as a `Resolve`r for tree reads and scans.
+#[derive(Clone, Copy)]
+pub(crate) struct View {
+    pub reader: Reader,
+}
+
+impl Resolve for View {
+    fn resolve(&self, chain: usize, out: &mut Vec<u8>) -> bool {
+        // The tree calls this with a chain address it validated under its own pinned guard;
+        // pinning again is cheap (re-entrant) and makes the lifetime explicit.
+        let guard = crossbeam_epoch::pin();
+        // SAFETY: as said, the chain is live under the tree's pin, which is still held.
+        match unsafe { visible(chain as *const Version, &self.reader, &guard) } {
+            // SAFETY: `visible` returned a version this reader sees.
+            Some(v) => match unsafe { v.value() } {
+                Some(value) => {
+                    out.extend_from_slice(value);
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        }
+    }
+}
+
+/// Retires every version of the chain at `head`.
+///
+/// # Safety
+/// The chain is reachable from nowhere any more (its slot is gone or being dropped), and no
+/// writer changes it.
+pub(crate) unsafe fn free_chain(head: *mut Version, guard: &Guard) {
+    let mut at = head;
+    while !at.is_null() {
+        // SAFETY: allocated (reachable from the chain until retired below, and retiring only
+        // defers the free).
+        let next = unsafe { &*at }.next.load(Acquire);
+        // SAFETY: unlinked with the whole chain (contract); each version is retired once.
+        unsafe { retire(at, guard) };
+        at = next;
+    }
+}

@@ -1,0 +1,155 @@
+//! The public database API: tables, reads, writes, scans, and clear errors for bad input.
+
+use tern::{Db, Error, Options};
+
+fn db() -> Db {
+    Db::open_temporary(Options::default()).unwrap()
+}
+
+#[test]
+fn a_database_is_clone_send_and_sync() {
+    fn check<T: Clone + Send + Sync>() {}
+    check::<Db>();
+    check::<tern::Table>();
+}
+
+#[test]
+fn tables_are_separate_keyspaces() {
+    let db = db();
+    let users = db.create_table("users").unwrap();
+    let orders = db.create_table("orders").unwrap();
+    assert!(matches!(db.create_table("users"), Err(Error::TableExists { name }) if name == "users"));
+    assert!(matches!(db.create_table(""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(db.table("nope"), Err(Error::NoSuchTable { name }) if name == "nope"));
+    assert_eq!(db.table_names(), ["", "users", "orders"]);
+    let mut t = db.begin().unwrap();
+    t.put(b"k", b"default").unwrap();
+    t.put_in(&users, b"k", b"user").unwrap();
+    t.put_in(&orders, b"k", b"order").unwrap();
+    let again = t.table("users").unwrap();
+    assert_eq!(t.get_in(&again, b"k").unwrap().as_deref(), Some(&b"user"[..]), "own writes, by name");
+    t.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.get(b"k").unwrap().as_deref(), Some(&b"default"[..]));
+    assert_eq!(r.get_in(&users, b"k").unwrap().as_deref(), Some(&b"user"[..]));
+    assert_eq!(r.get_in(&orders, b"k").unwrap().as_deref(), Some(&b"order"[..]));
+    assert_eq!(r.range_in(&orders, ..).unwrap().count(), 1);
+    // A table of another database is refused, not mixed in.
+    let other = Db::open_temporary(Options::default()).unwrap();
+    let foreign = other.create_table("users").unwrap();
+    assert!(matches!(r.get_in(&foreign, b"k"), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn ranges_honour_their_bounds_in_both_directions_and_see_own_writes() {
+    let db = db();
+    let mut t = db.begin().unwrap();
+    for k in [b"a", b"b", b"c", b"d", b"e"] {
+        t.put(k, k).unwrap();
+    }
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    t.delete(b"c").unwrap();
+    t.put(b"bb", b"new").unwrap();
+    fn keys(it: impl Iterator<Item = (Vec<u8>, Vec<u8>)>) -> Vec<String> {
+        it.map(|(k, _)| String::from_utf8(k).unwrap()).collect()
+    }
+    assert_eq!(keys(t.range(&b"b"[..]..&b"e"[..]).unwrap()), ["b", "bb", "d"]);
+    assert_eq!(keys(t.range(&b"b"[..]..=&b"e"[..]).unwrap()), ["b", "bb", "d", "e"]);
+    assert_eq!(keys(t.range(..).unwrap().rev()), ["e", "d", "bb", "b", "a"]);
+    let mut both = t.range(..).unwrap();
+    assert_eq!(both.next().unwrap().0, b"a");
+    assert_eq!(both.next_back().unwrap().0, b"e");
+    assert_eq!(both.next().unwrap().0, b"b");
+    assert_eq!(both.next_back().unwrap().0, b"d");
+    assert_eq!(both.next().unwrap().0, b"bb");
+    assert_eq!(both.next(), None);
+    assert_eq!(both.next_back(), None);
+    drop(both);
+    let other = db.begin_read().unwrap();
+    assert_eq!(keys(other.range(..).unwrap()), ["a", "b", "c", "d", "e"], "uncommitted writes are invisible");
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let db = db();
+    let mut t = db.begin().unwrap();
+    assert!(matches!(t.put(b"", b"v"), Err(Error::KeyEmpty)));
+    let long = vec![7u8; 64 * 1024];
+    assert!(matches!(t.put(&long, b"v"), Err(Error::KeyTooLarge { len: 65536, .. })));
+    assert!(matches!(t.get(&long), Err(Error::KeyTooLarge { .. })));
+    assert!(matches!(t.delete(b""), Err(Error::KeyEmpty)));
+    t.put(b"ok", b"v").unwrap();
+    t.commit().unwrap();
+    let mut r = db.begin_read().unwrap();
+    assert!(matches!(r.put(b"k", b"v"), Err(Error::ReadOnlyTxn)));
+    assert!(matches!(r.delete(b"k"), Err(Error::ReadOnlyTxn)));
+    assert!(r.is_read_only());
+    r.commit().unwrap();
+}
+
+#[test]
+fn a_failed_transaction_refuses_everything_but_abort() {
+    let db = db();
+    let mut t1 = db.begin().unwrap();
+    let mut t2 = db.begin().unwrap();
+    t1.put(b"k", b"1").unwrap();
+    t1.commit().unwrap();
+    assert!(matches!(t2.put(b"k", b"2"), Err(Error::Conflict)));
+    assert!(matches!(t2.get(b"k"), Err(Error::TxnFailed { .. })));
+    assert!(matches!(t2.range(..), Err(Error::TxnFailed { .. })));
+    assert!(matches!(t2.put(b"other", b"2"), Err(Error::TxnFailed { .. })));
+    let err = t2.commit().unwrap_err();
+    assert!(err.to_string().contains("conflict"), "{err}");
+    // The failed transaction's locks are gone: others write freely.
+    let mut t3 = db.begin().unwrap();
+    t3.put(b"k", b"3").unwrap();
+    t3.commit().unwrap();
+}
+
+#[test]
+fn dropping_a_transaction_aborts_it() {
+    let db = db();
+    {
+        let mut t = db.begin().unwrap();
+        t.put(b"k", b"lost").unwrap();
+    }
+    assert_eq!(db.begin_read().unwrap().get(b"k").unwrap(), None);
+    let mut t = db.begin().unwrap();
+    t.put(b"k", b"kept").unwrap(); // the dropped transaction's lock is gone
+    t.commit().unwrap();
+    let s = db.stats();
+    assert_eq!((s.txn.aborted, s.txn.committed), (1, 1));
+}
+
+#[test]
+fn large_values_and_many_keys_round_trip() {
+    let db = db();
+    let big = vec![0xabu8; 3 << 20];
+    let mut t = db.begin().unwrap();
+    t.put(b"big", &big).unwrap();
+    for i in 0..20_000u32 {
+        t.put(&i.to_be_bytes(), &i.to_le_bytes()).unwrap();
+    }
+    t.commit().unwrap();
+    db.gc();
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.get(b"big").unwrap().unwrap().len(), big.len());
+    assert_eq!(r.get(&777u32.to_be_bytes()).unwrap(), Some(777u32.to_le_bytes().to_vec()));
+    assert_eq!(r.range(..).unwrap().count(), 20_001);
+    // The big value stays a version (too large to fold into a leaf); everything else folded.
+    assert_eq!(db.stats().gc.versions_live, 1);
+}
+
+#[test]
+fn open_creates_the_directory_and_says_so_on_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b");
+    let db = Db::open(&path, Options::default()).unwrap();
+    assert!(path.is_dir());
+    assert_eq!(db.path(), Some(path.as_path()));
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Db::open(file.join("db"), Options::default()).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("creating database directory"), "{err}");
+}
