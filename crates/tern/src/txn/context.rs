@@ -15,12 +15,14 @@
 //! runs more transactions at once than its context has slots, stay correct).
 //!
 //! # The snapshot protocol
-//! Begin: mark the slot `BEGINNING`, fence, read the clock, store the snapshot. A collector
-//! first reads the clock (`c`), fences, then reads the slots, waiting out `BEGINNING`. A
-//! transaction the collector saw as `FREE` marked its slot after the collector's fence, and read
-//! the clock after that: its snapshot is `>= c`. So the collector knows every running snapshot
-//! exactly, except ones `>= c`, and keeping the versions visible at `c` and all newer ones
-//! covers those.
+//! Begin: read the clock (`s0`), mark the slot "beginning, at least `s0`", fence, read the clock
+//! again (the snapshot `s >= s0`), store the snapshot. A collector first reads the clock (`c`),
+//! fences, then reads the slots. A transaction the collector saw as `FREE` marked its slot after
+//! the collector's fence, and read the clock after that: its snapshot is `>= c`. One it saw
+//! beginning will have a snapshot `>= s0`. So the collector knows every running snapshot
+//! exactly, except ones `>= min(c, every s0 seen)`; keeping the versions visible at that bound
+//! and all newer ones covers them. The collector never waits for a beginning transaction (one
+//! preempted between its two clock reads would otherwise stall it for a time slice).
 //!
 //! The fence pair is asymmetric (`sync::asymmetric`): begin, run millions of times a second,
 //! issues only a compiler barrier; the collector, run rarely, forces a full barrier on every
@@ -44,8 +46,9 @@ use std::sync::Mutex as StdMutex;
 
 /// Slot snapshot: unclaimed.
 pub(crate) const FREE: u64 = u64::MAX;
-/// Slot snapshot: claimed, snapshot being read from the clock (a collector waits it out).
-pub(crate) const BEGINNING: u64 = u64::MAX - 1;
+/// Slot snapshot tag: claimed, the snapshot being read from the clock; the rest of the word is
+/// a lower bound of it. (Timestamps stay below 2^63.)
+pub(crate) const BEGINNING: u64 = 1 << 63;
 
 /// Write phase: no write transaction in the slot.
 pub(crate) const IDLE: u64 = 0;
@@ -91,36 +94,43 @@ impl Slot {
     }
 
     /// Claims a slot of the calling thread's own context if it is free (only this thread claims
-    /// its slots, so plain stores do); the light fence orders the claim before the clock read.
+    /// its slots, so plain stores do), marked beginning at `floor`; the light fence orders the
+    /// claim before the snapshot's clock read.
     #[inline]
-    fn claim_own(&self) -> bool {
+    fn claim_own(&self, floor: u64) -> bool {
         if self.snapshot.load(Relaxed) != FREE {
             return false;
         }
-        self.snapshot.store(BEGINNING, Relaxed);
+        self.snapshot.store(BEGINNING | floor, Relaxed);
         asymmetric::light();
         true
     }
 
     /// Claims a slot of a shared overflow context, racing other threads: the SeqCst swap also
-    /// orders the claim before the clock read.
-    fn claim_shared(&self) -> bool {
-        self.snapshot.load(Relaxed) == FREE && self.snapshot.compare_exchange(FREE, BEGINNING, SeqCst, Relaxed).is_ok()
+    /// orders the claim before the snapshot's clock read.
+    fn claim_shared(&self, floor: u64) -> bool {
+        self.snapshot.load(Relaxed) == FREE
+            && self.snapshot.compare_exchange(FREE, BEGINNING | floor, SeqCst, Relaxed).is_ok()
     }
 
-    /// Announces `db`'s snapshot in a claimed slot; returns it.
+    /// Records the database of the transaction in the claimed slot (published to collectors by
+    /// the snapshot's release store).
     #[inline]
-    pub fn announce(&self, db: u64) -> u64 {
+    fn set_db(&self, db: u64) {
+        self.db.store(db, Relaxed);
+    }
+
+    /// Reads the snapshot from the clock and announces it in the claimed slot; returns it.
+    #[inline]
+    pub fn announce(&self) -> u64 {
         let snapshot = clock_now();
-        self.announce_snapshot(db, snapshot);
+        self.announce_snapshot(snapshot);
         snapshot
     }
 
-    /// Announces `snapshot` of `db` in a claimed slot.
+    /// Announces `snapshot` in the claimed slot.
     #[inline]
-    pub fn announce_snapshot(&self, db: u64, snapshot: u64) {
-        self.db.store(db, Relaxed);
-        // Publishes `db` with the snapshot (a collector reads the snapshot, then the db).
+    pub fn announce_snapshot(&self, snapshot: u64) {
         self.snapshot.store(snapshot, Release);
     }
 
@@ -224,74 +234,66 @@ pub(crate) struct Claimed {
     pub own: bool,
 }
 
-/// Claims a slot: one of this thread's, or one of a shared overflow context.
+/// Claims a slot: one of this thread's, or one of a shared overflow context. It is marked
+/// beginning, with the clock read now as a lower bound of the snapshot to come.
 #[inline]
-pub(crate) fn claim_slot() -> Claimed {
+pub(crate) fn claim_slot(db: u64) -> Claimed {
     let ctx = my_context();
-    match ctx.slots.iter().find(|s| s.claim_own()) {
+    let floor = clock_now();
+    let claimed = match ctx.slots.iter().find(|s| s.claim_own(floor)) {
         Some(slot) => Claimed { context: ctx, slot, own: true },
         None => {
-            let (context, slot) = claim_overflow();
+            let (context, slot) = claim_overflow(floor);
             Claimed { context, slot, own: false }
         }
-    }
+    };
+    claimed.slot.set_db(db);
+    claimed
 }
 
 /// A slot of an overflow context: this thread runs more transactions at once than its context
 /// has slots.
 #[cold]
-fn claim_overflow() -> (&'static Context, &'static Slot) {
+fn claim_overflow(floor: u64) -> (&'static Context, &'static Slot) {
     let mut reg = registry();
     for &ctx in reg.overflow.iter() {
-        if let Some(slot) = ctx.slots.iter().find(|s| s.claim_shared()) {
+        if let Some(slot) = ctx.slots.iter().find(|s| s.claim_shared(floor)) {
             return (ctx, slot);
         }
     }
     let ctx = reg.new_context();
     reg.overflow.push(ctx);
-    let slot = ctx.slots.iter().find(|s| s.claim_shared()).expect("a new context has free slots");
+    let slot = ctx.slots.iter().find(|s| s.claim_shared(floor)).expect("a new context has free slots");
     (ctx, slot)
 }
 
-/// The snapshots of `db`'s running transactions, sorted, and the clock read before the scan
-/// (every transaction not in the list has a snapshot at least that).
+/// The snapshots of `db`'s running transactions, sorted, and a horizon: every running
+/// snapshot not in the list is at least the horizon (the clock read before the scan, lowered to
+/// the lower bound of any transaction caught beginning, whose bound is in the list too).
 pub(crate) fn active_snapshots(db: u64) -> (Vec<u64>, u64) {
-    let horizon = clock_now();
+    let mut horizon = clock_now();
     // Pairs with the light fence of every begin (see the module doc).
     asymmetric::heavy();
     let contexts: Vec<&'static Context> = registry().all.clone();
     let mut snapshots = Vec::new();
     for ctx in contexts {
         for slot in &ctx.slots {
-            if let Some(s) = settled_snapshot(slot) {
-                if slot.db.load(Relaxed) == db {
-                    snapshots.push(s);
-                }
+            let s = slot.snapshot.load(Acquire);
+            if s == FREE {
+                continue;
+            }
+            if s & BEGINNING != 0 {
+                // Its database may not be recorded yet, so count it whatever it is: its
+                // snapshot will be at least the bound, so keep everything from there up.
+                horizon = horizon.min(s & !BEGINNING);
+                snapshots.push(s & !BEGINNING);
+            } else if slot.db.load(Relaxed) == db {
+                snapshots.push(s);
             }
         }
     }
     snapshots.sort_unstable();
     (snapshots, horizon)
-}
-
-/// The slot's snapshot, waiting out a transaction between claim and announcement (a few
-/// instructions, unless its thread was preempted there).
-fn settled_snapshot(slot: &Slot) -> Option<u64> {
-    let mut spins = 0u32;
-    loop {
-        match slot.snapshot.load(Acquire) {
-            FREE => return None,
-            BEGINNING => {
-                spins += 1;
-                if spins < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            s => return Some(s),
-        }
-    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -301,12 +303,12 @@ mod tests {
     #[test]
     fn slots_are_claimed_once_and_scanned_by_database() {
         let db = 0xdb_0001;
-        let a = claim_slot().slot;
-        let b = claim_slot().slot;
+        let a = claim_slot(db).slot;
+        let b = claim_slot(db + 1).slot;
         assert!(!std::ptr::eq(a, b));
-        let sa = a.announce(db);
+        let sa = a.announce();
         let committed = next_commit_ts();
-        let sb = b.announce(db + 1);
+        let sb = b.announce();
         assert!(sb >= committed && committed > sa);
         let (mine, horizon) = active_snapshots(db);
         assert!(mine.contains(&sa) && !mine.contains(&sb), "{mine:?}");
@@ -315,18 +317,34 @@ mod tests {
         b.release();
         assert!(!active_snapshots(db).0.contains(&sa));
         // More transactions than a context has slots: the rest come from elsewhere.
-        let many: Vec<_> = (0..3 * SLOTS).map(|_| claim_slot().slot).collect();
+        let many: Vec<_> = (0..3 * SLOTS).map(|_| claim_slot(db).slot).collect();
         for (i, s) in many.iter().enumerate() {
             assert!(many[..i].iter().all(|t| !std::ptr::eq(*t, *s)), "slot claimed twice");
-            s.announce(db);
+            s.announce();
         }
         assert!(active_snapshots(db).0.len() >= 3 * SLOTS);
         many.iter().for_each(|s| s.release());
     }
 
     #[test]
+    fn a_transaction_caught_beginning_lowers_the_horizon_to_its_bound() {
+        let db = 0xdb_0003;
+        let floor = clock_now();
+        let slot = claim_slot(db).slot; // beginning: no snapshot announced yet
+        next_commit_ts();
+        let (snapshots, horizon) = active_snapshots(db);
+        assert!(horizon <= slot.snapshot.load(Relaxed) & !BEGINNING && horizon >= floor, "{horizon} vs {floor}");
+        assert!(snapshots.contains(&horizon));
+        let s = slot.announce();
+        assert!(s > horizon);
+        let (snapshots, horizon) = active_snapshots(db);
+        assert!(snapshots.contains(&s) && horizon >= s);
+        slot.release();
+    }
+
+    #[test]
     fn write_sequence_numbers_advance() {
-        let slot = claim_slot().slot;
+        let slot = claim_slot(0xdb_0002).slot;
         let first = slot.start_writing();
         slot.state.store(first << 2 | IDLE, Release);
         let second = slot.start_writing();

@@ -95,13 +95,13 @@ impl<'db> Txn<'db> {
     // copied (a copy of a freshly written struct stalls on store forwarding).
     #[inline(always)]
     pub(crate) fn begin(db: &'db DbInner, options: TxnOptions) -> Txn<'db> {
-        let claimed = claim_slot();
+        let claimed = claim_slot(db.id);
         let slot = claimed.slot;
         let snapshot = match &db.global {
-            None => slot.announce(db.id),
+            None => slot.announce(),
             Some(list) => {
                 let snapshot = list.begin(slot);
-                slot.announce_snapshot(db.id, snapshot);
+                slot.announce_snapshot(snapshot);
                 snapshot
             }
         };
