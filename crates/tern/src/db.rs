@@ -233,14 +233,13 @@ impl Db {
     /// Runs a garbage-collection pass over every queued key now (passes also run on their own as
     /// writes commit); returns what it did.
     pub fn gc(&self) -> GcPass {
-        let mut pass = GcPass::default();
+        let active = self.inner.active_snapshots();
+        let mut done = Collected::default();
         for (shard, items) in self.inner.gc.take_all() {
-            let done = self.inner.collect(shard, items);
-            pass.pruned += done.pruned;
-            pass.folded += done.folded;
-            pass.remaining += done.remaining;
+            done.add(self.inner.collect_with(shard, items, active.clone()));
         }
-        pass
+        self.inner.count_pass(done);
+        GcPass { pruned: done.pruned, folded: done.folded, remaining: done.remaining }
     }
 
     /// Counters of every component.
@@ -311,18 +310,31 @@ impl DbInner {
         }
     }
 
-    fn collect(&self, shard: usize, items: Vec<Item>) -> Collected {
-        let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
-        let active = match &self.global {
+    fn collect(&self, shard: usize, items: Vec<Item>) {
+        let done = self.collect_with(shard, items, self.active_snapshots());
+        self.count_pass(done);
+    }
+
+    /// The running snapshots (sorted) and the horizon above which every other one lies.
+    fn active_snapshots(&self) -> (Vec<u64>, u64) {
+        match &self.global {
             Some(list) => list.snapshots(),
             None => crate::txn::context::active_snapshots(self.id),
-        };
+        }
+    }
+
+    /// Collects `items` of `shard` given the running snapshots; requeues what is left.
+    fn collect_with(&self, shard: usize, items: Vec<Item>, active: (Vec<u64>, u64)) -> Collected {
+        let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
         let (rest, done) = gc::collect(active, items, |id| tables.get(id as usize).map(|t| &t.tree));
         self.gc.put_back(shard, rest);
+        done
+    }
+
+    fn count_pass(&self, done: Collected) {
         self.counters.add_shared(Counter::GcPasses, 1);
         self.counters.add_shared(Counter::VersionsPruned, done.pruned);
         self.counters.add_shared(Counter::VersionsFolded, done.folded);
-        done
     }
 }
 
@@ -346,7 +358,8 @@ pub struct GcPass {
     pub pruned: u64,
     /// Chains folded back into plain values (or removed deletions).
     pub folded: u64,
-    /// Keys still queued (their chains are still needed by running snapshots).
+    /// Keys still queued: their older versions are still needed by running snapshots, or the
+    /// leaf had no room to fold them back yet.
     pub remaining: usize,
 }
 

@@ -153,3 +153,44 @@ fn open_creates_the_directory_and_says_so_on_failure() {
     let err = Db::open(file.join("db"), Options::default()).unwrap_err();
     assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("creating database directory"), "{err}");
 }
+
+#[test]
+fn oversized_values_leave_the_collection_queue_and_a_gc_call_is_one_pass() {
+    let db = db();
+    let big = vec![1u8; 8192]; // over a quarter of a 16 KiB page
+    for i in 0..10u8 {
+        let mut t = db.begin().unwrap();
+        t.put(&[i], &big).unwrap();
+        t.commit().unwrap();
+    }
+    let passes = db.stats().gc.passes;
+    let pass = db.gc();
+    assert_eq!((pass.remaining, pass.folded), (0, 0), "nothing to wait for: {pass:?}");
+    assert_eq!(db.stats().gc.passes, passes + 1);
+    assert_eq!(db.stats().gc.versions_live, 10, "each stays one version");
+    assert_eq!(db.gc().remaining, 0);
+    assert_eq!(db.begin_read().unwrap().get(&[3]).unwrap().unwrap(), big);
+}
+
+#[test]
+fn a_huge_lock_timeout_waits_rather_than_wrapping_to_nothing() {
+    use std::time::Duration;
+    use tern::lock::Wait;
+    let db = db();
+    let mut t1 = db.begin().unwrap();
+    t1.put(b"k", b"1").unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let opts = tern::TxnOptions { read_only: false, lock_wait: Wait::Timeout(Duration::from_secs(1 << 55)) };
+            let mut t2 = db.begin_with(opts).unwrap();
+            t2.put(b"k", b"2").map_err(|e| e.to_string())
+        });
+        while db.stats().locks.waits == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "the huge timeout must not have expired");
+        t1.commit().unwrap();
+        assert_eq!(waiter.join().unwrap(), Err(Error::Conflict.to_string()));
+    });
+}

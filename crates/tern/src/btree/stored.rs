@@ -52,7 +52,8 @@ pub(crate) enum Change {
     Keep,
     /// Store this chain address (replacing any plain value or other address).
     Chain(usize),
-    /// Store this plain value; applied only if it fits in the leaf (else the slot is kept).
+    /// Store this plain value; applied only if it fits in the leaf (else the slot is kept:
+    /// [`Applied::NoRoom`] or [`Applied::TooLarge`]).
     Plain(Vec<u8>),
     /// Remove the slot.
     Remove,
@@ -71,8 +72,11 @@ pub(crate) enum Stored {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Applied {
     Yes,
-    /// A `Change::Plain` that did not fit: the slot is as it was.
+    /// A `Change::Plain` that does not fit in the leaf now (it may after a split or a merge):
+    /// the slot is as it was.
     NoRoom,
+    /// A `Change::Plain` larger than a leaf value can ever be: the slot is as it was.
+    TooLarge,
 }
 
 fn chain_bytes(chain: usize) -> [u8; 8] {
@@ -184,7 +188,9 @@ impl BTree {
                 Applied::Yes
             }
             Change::Plain(value) => {
-                if value.len() > self.max_inline() || matches!(self.room(n, key.len(), value.len()), Room::Split) {
+                if value.len() > self.max_inline() {
+                    Applied::TooLarge
+                } else if matches!(self.room(n, key.len(), value.len()), Room::Split) {
                     Applied::NoRoom
                 } else {
                     self.replace_slot(n, slot, existed, key, &value, 0, guard);

@@ -39,10 +39,12 @@ pub(crate) fn light() {
 pub(crate) fn heavy() {
     match MODE.load(Relaxed) {
         MEMBARRIER => {
-            if !membarrier(PRIVATE_EXPEDITED) {
-                // Registered, yet refused: nothing can be trusted any more, so there is
-                // no way forward that keeps light fences sound.
-                panic!("membarrier(PRIVATE_EXPEDITED) failed after registration");
+            // Registered, so only a transient failure (the kernel short of memory for its CPU
+            // mask, an interrupted call) can refuse it; other threads rely on it, so retry.
+            let mut backoff = std::time::Duration::from_micros(10);
+            while !membarrier(PRIVATE_EXPEDITED) {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(std::time::Duration::from_millis(100));
             }
         }
         FENCES => fence(SeqCst),

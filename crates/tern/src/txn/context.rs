@@ -10,9 +10,9 @@
 //!
 //! Contexts are leaked and recycled: a thread's context returns to a free list when the thread
 //! exits and the next new thread takes it, so there are about as many as threads alive at once.
-//! A transaction may be moved to another thread; its slot stays claimed (slots are claimed with a
-//! compare-and-swap, so a context shared this way, or the overflow contexts used when a thread
-//! runs more transactions at once than its context has slots, stay correct).
+//! Only its thread claims the slots of its context (a transaction stays on its thread); a thread
+//! running more transactions at once than its context has slots claims slots of shared overflow
+//! contexts, with a compare-and-swap.
 //!
 //! # The snapshot protocol
 //! Begin: read the clock (`s0`), mark the slot "beginning, at least `s0`", fence, read the clock

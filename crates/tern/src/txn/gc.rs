@@ -47,7 +47,18 @@ pub(crate) const SHARDS: usize = 16;
 pub(crate) struct Collected {
     pub pruned: u64,
     pub folded: u64,
+    /// Keys left as a single version because their value is too large for a leaf.
+    pub oversized: u64,
     pub remaining: usize,
+}
+
+impl Collected {
+    pub fn add(&mut self, other: Collected) {
+        self.pruned += other.pruned;
+        self.folded += other.folded;
+        self.oversized += other.oversized;
+        self.remaining += other.remaining;
+    }
 }
 
 /// The queues.
@@ -90,7 +101,7 @@ impl Gc {
 }
 
 /// Collects `items`, whose tables `tree` finds, given the running snapshots (sorted) and the
-/// clock read before they were scanned; returns what is left and what was done.
+/// horizon of the scan (`context::active_snapshots`); returns what is left and what was done.
 pub(crate) fn collect<'t>(
     (mut snapshots, horizon): (Vec<u64>, u64),
     items: Vec<Item>,
@@ -124,13 +135,17 @@ pub(crate) fn collect<'t>(
             Ok((_, None)) => {} // a plain value or nothing: done
             Ok((applied, Some((pruned, head, folding)))) => {
                 done.pruned += pruned;
-                if folding && applied == Applied::Yes {
-                    done.folded += 1;
-                    // SAFETY: the slot no longer holds the chain (replaced under the latch),
-                    // whose only version was the head.
-                    unsafe { retire(head as *mut Version, &guard) };
-                } else {
-                    rest.push(item);
+                match applied {
+                    Applied::Yes if folding => {
+                        done.folded += 1;
+                        // SAFETY: the slot no longer holds the chain (replaced under the
+                        // latch), whose only version was the head.
+                        unsafe { retire(head as *mut Version, &guard) };
+                    }
+                    // One version everyone sees, too large for a leaf: it stays a version, and
+                    // there is nothing left to collect.
+                    Applied::TooLarge => done.oversized += 1,
+                    _ => rest.push(item),
                 }
             }
             Err(_) => rest.push(item),
@@ -163,9 +178,11 @@ unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, guard: &cro
         let next = v.next.load(Acquire);
         let ts = v.ts.load(Acquire);
         debug_assert!(ts < UNCOMMITTED || ts == ABORTED, "only the newest version can be uncommitted");
+        // An aborted version below the newest (left by an abort that could not unlink it)
+        // is seen by nobody: it goes.
         // The first snapshot at or above `ts`: it sees this version if it is below `newer`.
         let seen = snapshots.get(snapshots.partition_point(|&s| s < ts)).is_some_and(|&s| s < newer);
-        if seen || ts > horizon {
+        if ts != ABORTED && (seen || ts > horizon) {
             kept = v;
             newer = ts;
         } else {

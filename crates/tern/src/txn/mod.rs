@@ -61,7 +61,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub struct TxnOptions {
     /// Reads only: no locks, never fails. Writes return [`Error::ReadOnlyTxn`](crate::Error::ReadOnlyTxn).
     pub read_only: bool,
-    /// How long a write waits for another writer's lock on the same key.
+    /// How long a write waits for another writer's lock on the same key. Beware: a thread
+    /// that runs two write transactions at once and writes one key in both waits for itself
+    /// with `Wait::Forever` (the holder is not waiting, so there is no cycle to detect); use a
+    /// timeout when one thread interleaves transactions.
     pub lock_wait: Wait,
 }
 

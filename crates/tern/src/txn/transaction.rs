@@ -117,7 +117,7 @@ impl<'db> Txn<'db> {
                 _ if options.read_only => FOREVER,
                 Wait::No => NO_WAIT,
                 Wait::Forever => FOREVER,
-                Wait::Timeout(d) => (d.as_nanos() as u64).clamp(1, FOREVER - 1),
+                Wait::Timeout(d) => u64::try_from(d.as_nanos()).unwrap_or(FOREVER - 1).clamp(1, FOREVER - 1),
             },
             writer: None,
             shard: index,
@@ -351,12 +351,15 @@ impl<'db> Txn<'db> {
             let unlinked = table.tree.update_chain(&w.key, 0, |current| match current {
                 Current::Chain(head) if head == w.version as usize => {
                     let next = v.next.load(Acquire);
-                    (if next.is_null() { Change::Remove } else { Change::Chain(next as usize) }, !next.is_null())
+                    let change = if next.is_null() { Change::Remove } else { Change::Chain(next as usize) };
+                    (change, Some(!next.is_null()))
                 }
-                _ => (Change::Keep, false),
+                // Not our version on top (cannot happen: we hold the key's lock): leave it
+                // linked, aborted (invisible, and pruned by the collector), never freed here.
+                _ => (Change::Keep, None),
             });
             match unlinked {
-                Ok((_, older)) => {
+                Ok((_, Some(older))) => {
                     // SAFETY: unlinked just now (the chain's head was our version).
                     unsafe { retire(w.version, &guard) };
                     retired += 1;
@@ -365,6 +368,7 @@ impl<'db> Txn<'db> {
                         refold.push(Item { table: table.id, key: w.key });
                     }
                 }
+                Ok((_, None)) => debug_assert!(false, "our version was not the newest of its chain"),
                 Err(e) => debug_assert!(false, "unlinking a version of a checked key failed: {e}"),
             }
         }
@@ -461,19 +465,35 @@ fn write_version(
                 return (Change::Keep, Outcome::Rewrote { existed });
             }
             // We hold the key's lock: every other writer's version is committed (stamped
-            // before it unlocked) or gone (unlinked before it unlocked).
-            let ts = h.ts.load(Acquire);
+            // before it unlocked) or gone (unlinked before it unlocked). An aborted version
+            // left linked is seen by nobody: the check is against the newest committed one.
+            let ts = newest_committed_ts(h);
             if ts > snapshot {
                 return (Change::Keep, Outcome::Conflict);
             }
-            // SAFETY: committed at `ts <= snapshot`: we see it.
-            let existed = unsafe { h.value() }.is_some();
+            // SAFETY: the newest version, committed at `ts <= snapshot` (or aborted): we see it,
+            // or it holds no value we could see.
+            let existed = h.ts.load(Acquire) != ABORTED && unsafe { h.value() }.is_some();
             if value.is_none() && !existed {
                 return (Change::Keep, Outcome::Nothing);
             }
             push(head as *mut Version, 1, existed)
         }
     }
+}
+
+/// The commit timestamp of the newest committed version of the chain at `head` (`BASE` if none).
+fn newest_committed_ts(head: &Version) -> u64 {
+    let mut at: *const Version = head;
+    while !at.is_null() {
+        // SAFETY: the caller holds the chain's leaf exclusively: every version is allocated.
+        let v = unsafe { &*at };
+        match v.ts.load(Acquire) {
+            ABORTED => at = v.next.load(Acquire),
+            ts => return ts,
+        }
+    }
+    super::version::BASE
 }
 
 /// The entries of a key range as a transaction sees them, from either end ([`Txn::range`]).
