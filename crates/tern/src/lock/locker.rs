@@ -75,7 +75,9 @@ impl LockerCounters {
     }
 }
 
-/// The part of a locker other threads read.
+/// The part of a locker other threads read. Its owner writes it on every lock and unlock (fast
+/// slots, counters), so it owns a 512-byte block (see `sync::aligned`).
+#[repr(align(512))]
 pub(crate) struct LockerShared {
     /// Unique, increasing with creation: larger is younger.
     pub id: u64,
@@ -172,7 +174,7 @@ struct Cached {
 
 /// The owner's private record of what it holds, and of entries it released lately.
 pub(crate) struct Held {
-    /// Line-aligned: written on every lock and unlock, so it must not share a cache line with
+    /// In isolated blocks: written on every lock and unlock, so it must share no cache line with
     /// anything other threads read.
     records: Vec<Record, LineAligned>,
     /// Positions in `records` by object hash, while there are more than `INDEX_AFTER`.

@@ -269,8 +269,8 @@ pub(crate) const MAX_BIASED: usize = 64;
 
 /// One partition's state, under its latch. Owns its entries.
 pub(crate) struct PartitionState {
-    /// Line-aligned: every request reads it, and a neighbour some thread writes would make each
-    /// read a miss.
+    /// In isolated blocks: every request reads it, and a neighbour some thread writes would make
+    /// each read a miss.
     table: HashTable<EntryPtr, LineAligned>,
     free: Vec<EntryPtr>,
     sweep_at: usize,
