@@ -49,7 +49,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_own_their_line_pairs() {
+    fn blocks_own_whole_isolated_blocks() {
         let mut v: allocator_api2::vec::Vec<u8, LineAligned> = allocator_api2::vec::Vec::new_in(LineAligned);
         for i in 0..1000u32 {
             v.push(i as u8);
@@ -61,7 +61,7 @@ mod tests {
         }
         assert_eq!(t.find(7, |&x| x == 7), Some(&7));
         assert_eq!(padded(Layout::new::<u8>()).unwrap().size(), ISOLATION);
-        assert_eq!(padded(Layout::from_size_align(129, 8).unwrap()).unwrap().size(), 2 * ISOLATION);
+        assert_eq!(padded(Layout::from_size_align(ISOLATION + 1, 8).unwrap()).unwrap().size(), 2 * ISOLATION);
         assert!(padded(Layout::from_size_align(isize::MAX as usize - 100, 8).unwrap()).is_err());
     }
 }
