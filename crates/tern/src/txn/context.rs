@@ -21,8 +21,9 @@
 //! the collector's fence, and read the clock after that: its snapshot is `>= c`. One it saw
 //! beginning will have a snapshot `>= s0`. So the collector knows every running snapshot
 //! exactly, except ones `>= min(c, every s0 seen)`; keeping the versions visible at that bound
-//! and all newer ones covers them. The collector never waits for a beginning transaction (one
-//! preempted between its two clock reads would otherwise stall it for a time slice).
+//! and all newer ones covers them. The collector does not wait for a beginning transaction (one
+//! preempted between its two clock reads would otherwise stall it for a time slice), except
+//! for the few instructions between an overflow slot's compare-and-swap and its bound.
 //!
 //! The fence pair is asymmetric (`sync::asymmetric`): begin, run millions of times a second,
 //! issues only a compiler barrier; the collector, run rarely, forces a full barrier on every
@@ -49,6 +50,9 @@ pub(crate) const FREE: u64 = u64::MAX;
 /// Slot snapshot tag: claimed, the snapshot being read from the clock; the rest of the word is
 /// a lower bound of it. (Timestamps stay below 2^63.)
 pub(crate) const BEGINNING: u64 = 1 << 63;
+/// Slot snapshot: an overflow slot just taken by a compare-and-swap, its database and bound about
+/// to be stored (a collector waits this out: a few instructions, on a rare path).
+const CLAIMING: u64 = u64::MAX - 1;
 
 /// Write phase: no write transaction in the slot.
 pub(crate) const IDLE: u64 = 0;
@@ -97,27 +101,30 @@ impl Slot {
     /// its slots, so plain stores do), marked beginning at `floor`; the light fence orders the
     /// claim before the snapshot's clock read.
     #[inline]
-    fn claim_own(&self, floor: u64) -> bool {
+    fn claim_own(&self, db: u64, floor: u64) -> bool {
         if self.snapshot.load(Relaxed) != FREE {
             return false;
         }
-        self.snapshot.store(BEGINNING | floor, Relaxed);
+        self.db.store(db, Relaxed);
+        // Release: a collector that sees the claim sees its database.
+        self.snapshot.store(BEGINNING | floor, Release);
         asymmetric::light();
         true
     }
 
-    /// Claims a slot of a shared overflow context, racing other threads: the SeqCst swap also
-    /// orders the claim before the snapshot's clock read.
-    fn claim_shared(&self, floor: u64) -> bool {
-        self.snapshot.load(Relaxed) == FREE
-            && self.snapshot.compare_exchange(FREE, BEGINNING | floor, SeqCst, Relaxed).is_ok()
-    }
-
-    /// Records the database of the transaction in the claimed slot (published to collectors by
-    /// the snapshot's release store).
-    #[inline]
-    fn set_db(&self, db: u64) {
+    /// Claims a slot of a shared overflow context, racing other threads: a compare-and-swap
+    /// takes it (`CLAIMING`: a collector waits that out), then the database and the bound are
+    /// published as for an own slot. The swap also orders the claim before the snapshot's clock
+    /// read.
+    fn claim_shared(&self, db: u64, floor: u64) -> bool {
+        if self.snapshot.load(Relaxed) != FREE
+            || self.snapshot.compare_exchange(FREE, CLAIMING, SeqCst, Relaxed).is_err()
+        {
+            return false;
+        }
         self.db.store(db, Relaxed);
+        self.snapshot.store(BEGINNING | floor, Release);
+        true
     }
 
     /// Reads the snapshot from the clock and announces it in the claimed slot; returns it.
@@ -240,30 +247,28 @@ pub(crate) struct Claimed {
 pub(crate) fn claim_slot(db: u64) -> Claimed {
     let ctx = my_context();
     let floor = clock_now();
-    let claimed = match ctx.slots.iter().find(|s| s.claim_own(floor)) {
+    match ctx.slots.iter().find(|s| s.claim_own(db, floor)) {
         Some(slot) => Claimed { context: ctx, slot, own: true },
         None => {
-            let (context, slot) = claim_overflow(floor);
+            let (context, slot) = claim_overflow(db, floor);
             Claimed { context, slot, own: false }
         }
-    };
-    claimed.slot.set_db(db);
-    claimed
+    }
 }
 
 /// A slot of an overflow context: this thread runs more transactions at once than its context
 /// has slots.
 #[cold]
-fn claim_overflow(floor: u64) -> (&'static Context, &'static Slot) {
+fn claim_overflow(db: u64, floor: u64) -> (&'static Context, &'static Slot) {
     let mut reg = registry();
     for &ctx in reg.overflow.iter() {
-        if let Some(slot) = ctx.slots.iter().find(|s| s.claim_shared(floor)) {
+        if let Some(slot) = ctx.slots.iter().find(|s| s.claim_shared(db, floor)) {
             return (ctx, slot);
         }
     }
     let ctx = reg.new_context();
     reg.overflow.push(ctx);
-    let slot = ctx.slots.iter().find(|s| s.claim_shared(floor)).expect("a new context has free slots");
+    let slot = ctx.slots.iter().find(|s| s.claim_shared(db, floor)).expect("a new context has free slots");
     (ctx, slot)
 }
 
@@ -278,22 +283,37 @@ pub(crate) fn active_snapshots(db: u64) -> (Vec<u64>, u64) {
     let mut snapshots = Vec::new();
     for ctx in contexts {
         for slot in &ctx.slots {
-            let s = slot.snapshot.load(Acquire);
-            if s == FREE {
+            let s = settled(slot);
+            if s == FREE || slot.db.load(Relaxed) != db {
                 continue;
             }
             if s & BEGINNING != 0 {
-                // Its database may not be recorded yet, so count it whatever it is: its
-                // snapshot will be at least the bound, so keep everything from there up.
+                // Its snapshot will be at least the bound: keep everything from there up.
                 horizon = horizon.min(s & !BEGINNING);
-                snapshots.push(s & !BEGINNING);
-            } else if slot.db.load(Relaxed) == db {
-                snapshots.push(s);
             }
+            snapshots.push(s & !BEGINNING);
         }
     }
     snapshots.sort_unstable();
     (snapshots, horizon)
+}
+
+/// The slot's snapshot word, waiting out an overflow slot being claimed (a few instructions,
+/// unless its thread was preempted there; overflow slots are rare).
+fn settled(slot: &Slot) -> u64 {
+    let mut spins = 0u32;
+    loop {
+        let s = slot.snapshot.load(Acquire);
+        if s != CLAIMING {
+            return s;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
