@@ -19,7 +19,7 @@ const MEMBARRIER: u8 = 1;
 const FENCES: u8 = 2;
 
 /// Which implementation this process uses, decided on first use.
-static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static MODE: super::aligned::Isolated<AtomicU8> = super::aligned::Isolated(AtomicU8::new(UNKNOWN));
 
 /// The hot side's fence.
 #[inline]

@@ -67,7 +67,7 @@ const SLOTS: usize = 4;
 /// The commit clock: the timestamp of the latest commit (or a later one being taken). Process-
 /// wide, so snapshots of every database compare; a database opened from disk moves it past its
 /// own timestamps.
-static CLOCK: AtomicU64 = AtomicU64::new(0);
+static CLOCK: crate::sync::aligned::Isolated<AtomicU64> = crate::sync::aligned::Isolated(AtomicU64::new(0));
 
 /// The newest timestamp handed out (a snapshot taken now sees every commit up to it).
 #[inline]
