@@ -1,0 +1,24 @@
+/*
+ * The small C interface every peer shim exposes to Rust (src/shim.rs). One shim per engine
+ * wraps that engine's C API (method tables, handle lifetimes, error codes) into the same
+ * handful of calls, so the Rust side is one adapter for all of them.
+ *
+ * Return codes: SHIM_OK, SHIM_NOTFOUND (get), SHIM_RETRY (conflict or deadlock: the
+ * transaction was rolled back and may be retried), SHIM_ERROR (see <engine>_error()).
+ */
+#ifndef TERN_SHIM_H
+#define TERN_SHIM_H
+#include <stddef.h>
+
+#define SHIM_OK 0
+#define SHIM_NOTFOUND 1
+#define SHIM_RETRY 2
+#define SHIM_ERROR (-1)
+
+/* Receives a value read (copied before the call returns). */
+typedef void (*shim_sink)(void *ctx, const void *data, size_t len);
+/* Receives a scanned entry; returns nonzero to stop. */
+typedef int (*shim_visit)(void *ctx, const void *key, size_t klen, const void *val, size_t vlen);
+
+#define SHIM_ERRLEN 256
+#endif

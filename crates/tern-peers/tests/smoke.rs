@@ -1,0 +1,113 @@
+//! Every engine this build has (tern always; the C peers with `--features peers`) passes the
+//! same small put/get/scan/transaction checks through the common interface.
+
+use tern_peers::{available, load, open, put, read_modify_write, transaction, Engine, OpenOptions};
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(i: u32) -> Vec<u8> {
+    format!("value-{i}-{}", "x".repeat((i % 50) as usize)).into_bytes()
+}
+
+fn engine(name: &str) -> Box<dyn Engine> {
+    open(name, OpenOptions { cache_bytes: 64 << 20, sessions: 4 }).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn the_build_lists_its_engines() {
+    let names = available();
+    assert_eq!(names[0], "tern");
+    assert_eq!(names.len(), if cfg!(feature = "peers") { 5 } else { 1 });
+}
+
+#[test]
+fn put_get_scan_on_every_engine() {
+    for name in available() {
+        let e = engine(name);
+        assert_eq!(e.name(), name);
+        assert!(!e.config().is_empty());
+        let mut s = e.session().unwrap();
+        // Even keys only, loaded in batches.
+        let items: Vec<(Vec<u8>, Vec<u8>)> = (0..2000).step_by(2).map(|i| (key(i), value(i))).collect();
+        for chunk in items.chunks(128) {
+            load(&mut *s, chunk).unwrap();
+        }
+        let mut out = Vec::new();
+        for i in [0, 2, 998, 1998] {
+            assert!(s.get(&key(i), &mut out).unwrap(), "{name}: key {i}");
+            assert_eq!(out, value(i), "{name}: key {i}");
+        }
+        for i in [1, 999, 2001] {
+            assert!(!s.get(&key(i), &mut out).unwrap(), "{name}: absent key {i}");
+        }
+        // A scan from an absent key starts at the next one, in order.
+        let mut seen = Vec::new();
+        let n = s.scan(&key(101), 5, &mut |k, v| seen.push((k.to_vec(), v.to_vec()))).unwrap();
+        assert_eq!(n, 5, "{name}");
+        let expected: Vec<_> = (102..112).step_by(2).map(|i| (key(i), value(i))).collect();
+        assert_eq!(seen, expected, "{name}");
+        // Near the end: fewer than asked.
+        let n = s.scan(&key(1995), 10, &mut |_, _| {}).unwrap();
+        assert_eq!(n, 2, "{name}: scan past the end");
+        // Overwrite, read-modify-write, and an aborted transaction.
+        put(&mut *s, &key(2), b"two").unwrap();
+        let mut scratch = Vec::new();
+        let (found, _) = read_modify_write(&mut *s, &key(2), b"TWO", &mut scratch).unwrap();
+        assert!(found);
+        assert_eq!(scratch, b"two", "{name}: read-modify-write reads the old value");
+        s.begin().unwrap();
+        s.txn_put(&key(4), b"rolled back").unwrap();
+        s.abort();
+        assert!(s.get(&key(2), &mut out).unwrap());
+        assert_eq!(out, b"TWO", "{name}");
+        assert!(s.get(&key(4), &mut out).unwrap());
+        assert_eq!(out, value(4), "{name}: the aborted write is gone");
+    }
+}
+
+#[test]
+fn concurrent_increments_are_not_lost_on_any_engine() {
+    const THREADS: u64 = 2;
+    const EACH: u64 = 300;
+    for name in available() {
+        let e = engine(name);
+        put(&mut *e.session().unwrap(), b"counter", &0u64.to_be_bytes()).unwrap();
+        let retries: u64 = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let e = &e;
+                    sc.spawn(move || {
+                        let mut s = e.session().unwrap();
+                        let mut buf = Vec::new();
+                        let mut retries = 0;
+                        for _ in 0..EACH {
+                            retries += transaction(&mut *s, |s| {
+                                assert!(s.txn_get(b"counter", &mut buf)?);
+                                let n = u64::from_be_bytes(buf[..8].try_into().unwrap());
+                                s.txn_put(b"counter", &(n + 1).to_be_bytes())
+                            })
+                            .unwrap_or_else(|err| panic!("{name}: {err}"));
+                        }
+                        retries
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let mut out = Vec::new();
+        assert!(e.session().unwrap().get(b"counter", &mut out).unwrap());
+        assert_eq!(u64::from_be_bytes(out[..8].try_into().unwrap()), THREADS * EACH, "{name} ({retries} retries)");
+    }
+}
+
+#[test]
+fn unknown_engines_are_named_in_the_error() {
+    let err = open("leveldb", OpenOptions { cache_bytes: 1 << 20, sessions: 1 }).err().unwrap();
+    assert!(err.to_string().contains("unknown engine"), "{err}");
+    if !cfg!(feature = "peers") {
+        let err = open("lmdb", OpenOptions { cache_bytes: 1 << 20, sessions: 1 }).err().unwrap();
+        assert!(err.to_string().contains("--features peers"), "{err}");
+    }
+}

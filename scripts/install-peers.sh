@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the C libraries of the engines `tern bench compare` measures against (Debian/Ubuntu
+# packages): LMDB, WiredTiger, Berkeley DB 5.3, RocksDB. Needed only to build tern with
+# `--features peers`. Run as root (or with sudo available).
+set -euo pipefail
+packages=(liblmdb-dev libwiredtiger-dev libdb-dev librocksdb-dev pkg-config)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "peer libraries already installed: ${packages[*]}"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+echo "installed: ${missing[*]}"
