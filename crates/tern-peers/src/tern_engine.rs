@@ -60,14 +60,7 @@ impl<'a> TernSession<'a> {
 impl Session for TernSession<'_> {
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let t = self.db.begin_read().map_err(failed)?;
-        match t.get(key).map_err(failed)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        t.get_into(key, out).map_err(failed)
     }
 
     fn scan(&mut self, start: &[u8], count: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
@@ -86,14 +79,7 @@ impl Session for TernSession<'_> {
     }
 
     fn txn_get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match self.txn()?.get(key).map_err(failed)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.txn()?.get_into(key, out).map_err(failed)
     }
 
     fn txn_put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {

@@ -41,6 +41,33 @@ fn tables_are_separate_keyspaces() {
 }
 
 #[test]
+fn get_into_reuses_the_buffer_and_sees_own_writes_and_snapshots() {
+    let db = db();
+    let users = db.create_table("users").unwrap();
+    let mut t = db.begin().unwrap();
+    t.put(b"a", b"one").unwrap();
+    t.put_in(&users, b"a", b"uno").unwrap();
+    let mut out = b"stale bytes that must go".to_vec();
+    assert!(t.get_into(b"a", &mut out).unwrap(), "own write");
+    assert_eq!(out, b"one");
+    assert!(t.get_into_in(&users, b"a", &mut out).unwrap());
+    assert_eq!(out, b"uno");
+    assert!(!t.get_into(b"missing", &mut out).unwrap());
+    t.commit().unwrap();
+    let before = db.begin_read().unwrap();
+    let mut w = db.begin().unwrap();
+    w.put(b"a", b"two").unwrap();
+    w.commit().unwrap();
+    assert!(before.get_into(b"a", &mut out).unwrap());
+    assert_eq!(out, b"one", "the older snapshot");
+    assert!(db.begin_read().unwrap().get_into(b"a", &mut out).unwrap());
+    assert_eq!(out, b"two");
+    let other = Db::open_temporary(Options::default()).unwrap();
+    let foreign = other.create_table("users").unwrap();
+    assert!(matches!(before.get_into_in(&foreign, b"a", &mut out), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
 fn ranges_honour_their_bounds_in_both_directions_and_see_own_writes() {
     let db = db();
     let mut t = db.begin().unwrap();

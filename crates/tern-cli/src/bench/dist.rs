@@ -42,6 +42,13 @@ pub fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A zipfian rank's hash, as YCSB's scrambled zipfian uses it to place popular items. Offset
+/// first: `mix64(0)` is 0, and the most popular rank must not land on item 0.
+#[inline]
+pub fn scramble(rank: u64) -> u64 {
+    mix64(rank.wrapping_add(0x9E37_79B9_7F4A_7C15))
+}
+
 /// How benchmark operations pick items among `n`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Dist {
@@ -78,7 +85,7 @@ impl Sampler {
         match &self.zipf {
             None => self.rng.below(self.n),
             // Scramble: the rank's hash picks the item, so hot items are spread out.
-            Some(z) => mix64(z.rank(self.rng.unit())) % self.n,
+            Some(z) => scramble(z.rank(self.rng.unit())) % self.n,
         }
     }
 }
@@ -86,8 +93,8 @@ impl Sampler {
 /// YCSB's default skew.
 pub const ZIPFIAN_THETA: f64 = 0.99;
 
-/// Gray et al.'s zipfian over ranks `0..n`.
-struct Zipfian {
+/// Gray et al.'s zipfian over ranks `0..n`: rank 0 is the most popular.
+pub struct Zipfian {
     n: f64,
     theta: f64,
     alpha: f64,
@@ -96,7 +103,8 @@ struct Zipfian {
 }
 
 impl Zipfian {
-    fn new(n: u64, theta: f64) -> Zipfian {
+    /// Ranks `0..n` (n > 0) with skew `theta` (0 < theta < 1).
+    pub fn new(n: u64, theta: f64) -> Zipfian {
         let zetan = zeta(n, theta);
         let zeta2 = zeta(2, theta);
         let nf = n as f64;
@@ -111,7 +119,7 @@ impl Zipfian {
 
     /// The rank for a uniform `u` in `[0, 1)`.
     #[inline]
-    fn rank(&self, u: f64) -> u64 {
+    pub fn rank(&self, u: f64) -> u64 {
         let uz = u * self.zetan;
         if uz < 1.0 {
             return 0;

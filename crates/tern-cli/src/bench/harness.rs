@@ -4,8 +4,10 @@
 //! Wall time is taken from the release of the threads to the last one finishing, so a thread that
 //! notices the stop late lowers the reported rate rather than inflating it.
 
+use super::counters::{CounterValues, ThreadCounters};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -48,12 +50,63 @@ impl Control {
     }
 }
 
+/// Set by benchmarks that report hardware counters: each worker thread then counts its own
+/// events from release to return (see [`super::counters`]).
+static COUNT_HARDWARE: AtomicBool = AtomicBool::new(false);
+
+/// Makes every later measurement read hardware counters per thread, where the kernel allows.
+pub fn enable_hardware_counters() {
+    COUNT_HARDWARE.store(true, Relaxed);
+}
+
 /// What one worker thread counted.
 pub struct ThreadResult {
     /// Operations completed.
     pub ops: u64,
     /// Sampled operation latencies in nanoseconds, if the benchmark measures latency.
     pub latency: Option<Histogram<u64>>,
+    /// Per operation type (YCSB's read, update, ...): operations and sampled latencies.
+    pub by_op: Vec<OpStats>,
+    /// Benchmark-specific counts (retries, values not found, ...), summed over threads.
+    pub counts: Vec<(&'static str, u64)>,
+    /// Hardware counters over the thread's run (filled in by the harness).
+    pub counters: Option<CounterValues>,
+}
+
+impl ThreadResult {
+    /// `ops` operations and the latencies sampled, nothing else.
+    pub fn new(ops: u64, latency: Option<Histogram<u64>>) -> ThreadResult {
+        ThreadResult { ops, latency, by_op: Vec::new(), counts: Vec::new(), counters: None }
+    }
+}
+
+/// One operation type's share of a run.
+#[derive(Clone)]
+pub struct OpStats {
+    pub name: &'static str,
+    /// Operations of this type completed.
+    pub ops: u64,
+    /// Sampled latencies in nanoseconds.
+    pub latency: Histogram<u64>,
+}
+
+impl OpStats {
+    pub fn new(name: &'static str) -> OpStats {
+        OpStats { name, ops: 0, latency: new_histogram() }
+    }
+}
+
+/// Adds `from` into `into`, matching operation types by name (order of first appearance).
+pub fn merge_op_stats(into: &mut Vec<OpStats>, from: &[OpStats]) {
+    for op in from {
+        match into.iter_mut().find(|o| o.name == op.name) {
+            Some(o) => {
+                o.ops += op.ops;
+                o.latency.add(&op.latency).expect("histograms share bounds");
+            }
+            None => into.push(op.clone()),
+        }
+    }
 }
 
 /// One complete measurement of one variant at one point.
@@ -66,6 +119,12 @@ pub struct Sample {
     pub latency: Option<Histogram<u64>>,
     /// Benchmark-specific figures (counters), already normalised.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Per operation type, merged over threads.
+    pub by_op: Vec<OpStats>,
+    /// Benchmark-specific counts, summed over threads.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Hardware counters summed over threads, if every thread could read them.
+    pub counters: Option<CounterValues>,
 }
 
 impl Sample {
@@ -138,7 +197,7 @@ impl LatencySampler {
 
     /// The thread's result: `ops` operations and the sampled latencies.
     pub fn finish(self, ops: u64) -> ThreadResult {
-        ThreadResult { ops, latency: self.hist }
+        ThreadResult::new(ops, self.hist)
     }
 }
 
@@ -177,7 +236,10 @@ where
                 let (body, control, barrier) = (&body, &control, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    body(i, control)
+                    let counters = COUNT_HARDWARE.load(Relaxed).then(ThreadCounters::start).and_then(Result::ok);
+                    let mut result = body(i, control);
+                    result.counters = counters.map(ThreadCounters::stop);
+                    result
                 })
             })
             .collect();
@@ -198,11 +260,34 @@ where
     }
     let mut latency: Option<Histogram<u64>> = None;
     let mut per_thread = Vec::with_capacity(threads);
+    let (mut by_op, mut counts) = (Vec::new(), BTreeMap::new());
+    let mut counters: Option<Option<CounterValues>> = None;
     for r in results {
         per_thread.push(r.ops);
-        if let Some(h) = r.latency {
+        // Per-type samples make up the overall latency when a benchmark keeps only those.
+        let mut own = r.latency;
+        if own.is_none() && r.by_op.iter().any(|o| !o.latency.is_empty()) {
+            let mut all = new_histogram();
+            r.by_op.iter().for_each(|o| all.add(&o.latency).expect("histograms share bounds"));
+            own = Some(all);
+        }
+        if let Some(h) = own {
             latency.get_or_insert_with(new_histogram).add(&h).expect("histograms share bounds");
         }
+        merge_op_stats(&mut by_op, &r.by_op);
+        for (name, n) in r.counts {
+            *counts.entry(name).or_insert(0) += n;
+        }
+        // A total is only reported when every thread counted.
+        counters = Some(match (counters, r.counters) {
+            (None, c) => c,
+            (Some(Some(mut total)), Some(c)) => {
+                total.merge(&c);
+                Some(total)
+            }
+            _ => None,
+        });
     }
-    Some(Sample { per_thread, secs, latency, extra: serde_json::Map::new() })
+    let counters = counters.flatten();
+    Some(Sample { per_thread, secs, latency, extra: serde_json::Map::new(), by_op, counts, counters })
 }

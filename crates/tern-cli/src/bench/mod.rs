@@ -4,16 +4,23 @@
 //! ([`runner`]), and prints a table and, with `--json`, JSON Lines ([`report`]). Options common
 //! to all benchmarks are in [`Common`].
 
+pub mod compare;
+pub mod counters;
 pub mod dist;
+pub mod driver;
 pub mod harness;
 pub mod latch;
 pub mod lock;
+pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod search;
+pub mod tpcb;
 pub mod tree;
 pub mod txn;
 pub mod work;
+pub mod workload;
+pub mod ycsb;
 
 use clap::{Args, Subcommand};
 use std::time::Duration;
@@ -92,6 +99,9 @@ pub enum Which {
     Search(search::SearchArgs),
     Tree(tree::TreeArgs),
     Txn(txn::TxnArgs),
+    Ycsb(ycsb::YcsbArgs),
+    Tpcb(tpcb::TpcbArgs),
+    Compare(compare::CompareArgs),
 }
 
 /// Runs the named benchmark, or the default suite.
@@ -103,6 +113,9 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Search(args)) => search::run(&args),
         Some(Which::Tree(args)) => tree::run(&args),
         Some(Which::Txn(args)) => txn::run(&args),
+        Some(Which::Ycsb(args)) => ycsb::run(&args),
+        Some(Which::Tpcb(args)) => tpcb::run(&args),
+        Some(Which::Compare(args)) => compare::run(&args),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;
     if harness::interrupted() {

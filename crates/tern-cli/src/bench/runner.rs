@@ -6,7 +6,7 @@
 use super::harness::{interrupted, Sample};
 use super::report::Record;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// Produces one sample of a variant; `None` if interrupted.
 pub type RunFn<'a> = Box<dyn Fn() -> Option<Sample> + 'a>;
@@ -100,6 +100,7 @@ fn summarise(bench: &'static str, case: &Case<'_>, samples: Vec<Vec<Sample>>) ->
         }
         let mut extra = mid.extra.clone();
         extra.insert("fairness".into(), round3(median(runs.iter().map(Sample::fairness).collect()).unwrap_or(0.0)));
+        add_op_figures(&mut extra, runs, mid);
         out.push(Record {
             bench,
             variant: case.variants[v].0.clone(),
@@ -121,6 +122,32 @@ fn summarise(bench: &'static str, case: &Case<'_>, samples: Vec<Vec<Sample>>) ->
         });
     }
     out
+}
+
+/// Per operation type: `<op>_ops` (median round) and `<op>_p50_ns`, `<op>_p99_ns`,
+/// `<op>_p999_ns` (samples of every round); the median round's benchmark counts; and its
+/// hardware counters per operation, when every thread could read them.
+fn add_op_figures(extra: &mut Map<String, Value>, runs: &[Sample], mid: &Sample) {
+    let mut by_op = Vec::new();
+    for run in runs {
+        super::harness::merge_op_stats(&mut by_op, &run.by_op);
+    }
+    for op in &by_op {
+        let ops = mid.by_op.iter().find(|o| o.name == op.name).map_or(0, |o| o.ops);
+        extra.insert(format!("{}_ops", op.name), json!(ops));
+        if op.latency.is_empty() {
+            continue;
+        }
+        for (suffix, q) in [("p50_ns", 0.5), ("p99_ns", 0.99), ("p999_ns", 0.999)] {
+            extra.insert(format!("{}_{suffix}", op.name), json!(op.latency.value_at_quantile(q)));
+        }
+    }
+    for (name, n) in &mid.counts {
+        extra.insert((*name).to_string(), json!(n));
+    }
+    if let Some(c) = mid.counters.filter(|c| !c.is_empty()) {
+        extra.extend(c.per_op(mid.ops()));
+    }
 }
 
 /// Rounds a figure to three decimals for output.

@@ -340,7 +340,7 @@ fn search_thread<K: Copy>(
         at = if end == queries.len() { 0 } else { end };
     }
     black_box(sum);
-    ThreadResult { ops, latency: None }
+    ThreadResult::new(ops, None)
 }
 
 /// The records of one thread count: one, if measured, else the least.

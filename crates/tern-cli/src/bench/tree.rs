@@ -285,7 +285,7 @@ fn measure_inserts(args: &TreeArgs, threads: usize, insert: impl Fn(&[u8], &[u8]
             ops += 1;
             i += threads as u64;
         }
-        ThreadResult { ops, latency: None }
+        ThreadResult::new(ops, None)
     })
 }
 

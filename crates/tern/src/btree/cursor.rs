@@ -1,7 +1,9 @@
 //! Range cursors over a [`BTree`], forward and backward.
 //!
 //! A cursor copies one leaf at a time: under an optimistic read it copies the leaf's keys,
-//! values and fences, then validates (restarting the copy on a change). It moves to the next
+//! values and fences, then validates (restarting the copy on a change). The copy is flat: every
+//! key and value back to back in one buffer, plus one span per entry, so a leaf costs two
+//! allocations (reused from leaf to leaf), not two per entry. It moves to the next
 //! leaf by descending to the leaf's upper fence (the first key of the next leaf's range), and to
 //! the previous one by descending towards the keys just below the lower fence. No sibling
 //! pointers are needed, and no latch is held between calls. Each leaf's copy is consistent;
@@ -20,9 +22,58 @@ use std::ops::Bound;
 /// One leaf, copied (version chains already resolved to the values the reader sees).
 #[derive(Default)]
 struct Leaf {
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Keys and values, back to back.
+    bytes: Vec<u8>,
+    /// Per entry, in key order: where its key and its value lie in `bytes`.
+    entries: Vec<Span>,
     lower: Option<Vec<u8>>,
     upper: Option<Vec<u8>>,
+}
+
+/// An entry of a [`Leaf`]: its key is `bytes[key..key_end]`, its value `bytes[value..end]`.
+#[derive(Clone, Copy)]
+struct Span {
+    key: usize,
+    key_end: usize,
+    value: usize,
+    end: usize,
+}
+
+impl Leaf {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let s = self.entries[i];
+        &self.bytes[s.key..s.key_end]
+    }
+
+    fn value(&self, i: usize) -> &[u8] {
+        let s = self.entries[i];
+        &self.bytes[s.value..s.end]
+    }
+
+    /// The first entry whose key is not `below` the given one.
+    fn partition(&self, below: impl Fn(&[u8]) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(self.key(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.entries.clear();
+        self.lower = None;
+        self.upper = None;
+    }
 }
 
 /// Which leaf to load.
@@ -37,58 +88,73 @@ enum Target<'k> {
 }
 
 impl BTree {
-    fn load_leaf(&self, target: Target<'_>, resolver: &impl Resolve) -> Leaf {
+    /// Copies the leaf `target` names into `leaf` (its buffers reused), version chains
+    /// resolved by `resolver` (entries it finds nothing visible in are left out).
+    fn load_leaf(&self, target: Target<'_>, resolver: &impl Resolve, leaf: &mut Leaf, chains: &mut Vec<usize>) {
         let guard = crossbeam_epoch::pin();
         loop {
-            match self.try_load_leaf(target, &guard) {
-                Ok((mut leaf, chains)) => {
-                    // The copy validated, so each chain address was in the leaf while this
-                    // guard was pinned: the chain is still allocated.
-                    if !chains.is_empty() {
-                        let mut keep = chains.iter().peekable();
-                        let mut i = 0;
-                        leaf.entries.retain_mut(|(_, value)| {
-                            let visible = if keep.next_if(|&&c| c == i).is_some() {
-                                let chain = u64::from_le_bytes(value[..8].try_into().expect("8 bytes")) as usize;
-                                value.clear();
-                                resolver.resolve(chain, value)
-                            } else {
-                                true
-                            };
-                            i += 1;
-                            visible
-                        });
-                    }
-                    return leaf;
-                }
+            match self.try_load_leaf(target, &guard, leaf, chains) {
+                Ok(()) => break,
                 Err(Restart) => self.count_restart(),
             }
         }
+        if chains.is_empty() {
+            return;
+        }
+        // The copy validated, so each chain address was in the leaf while this guard was
+        // pinned: the chain is still allocated. Resolved values are appended to the buffer.
+        let mut keep = chains.iter().peekable();
+        let mut i = 0;
+        let Leaf { bytes, entries, .. } = leaf;
+        let mut resolved = Vec::new();
+        entries.retain_mut(|span| {
+            let visible = if keep.next_if(|&&c| c == i).is_some() {
+                let chain = u64::from_le_bytes(bytes[span.value..span.value + 8].try_into().expect("8 bytes"));
+                resolved.clear();
+                let visible = resolver.resolve(chain as usize, &mut resolved);
+                span.value = bytes.len();
+                bytes.extend_from_slice(&resolved);
+                span.end = bytes.len();
+                visible
+            } else {
+                true
+            };
+            i += 1;
+            visible
+        });
     }
 
-    /// Copies the leaf `target` names; also returns the indices of its version-chain entries
-    /// (whose values are still chain addresses).
-    fn try_load_leaf(&self, target: Target<'_>, guard: &Guard) -> Result<(Leaf, Vec<usize>), Restart> {
+    /// Copies the leaf `target` names into `leaf`; `chains` gets the indices of its
+    /// version-chain entries (whose values are still chain addresses).
+    fn try_load_leaf(
+        &self,
+        target: Target<'_>,
+        guard: &Guard,
+        leaf: &mut Leaf,
+        chains: &mut Vec<usize>,
+    ) -> Result<(), Restart> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         loop {
             let n = NodeRef::new(&at.node.page);
             if n.is_leaf() {
-                let mut leaf =
-                    Leaf { entries: Vec::with_capacity(n.count()), lower: n.lower_fence(), upper: n.upper_fence() };
-                let mut chains = Vec::new();
+                leaf.clear();
+                chains.clear();
+                (leaf.lower, leaf.upper) = (n.lower_fence(), n.upper_fence());
                 for i in 0..n.count() {
-                    let mut value = Vec::new();
+                    let key = leaf.bytes.len();
+                    n.key_into(i, &mut leaf.bytes);
+                    let value = leaf.bytes.len();
                     if n.value_ref(i).flags & FLAG_CHAIN != 0 {
-                        n.chain_into(i, &mut value);
+                        n.chain_into(i, &mut leaf.bytes);
                         chains.push(i);
                     } else {
-                        self.read_value(n, i, &mut value, guard)?;
+                        self.read_value(n, i, &mut leaf.bytes, guard)?;
                     }
-                    leaf.entries.push((n.key(i), value));
+                    leaf.entries.push(Span { key, key_end: value, value, end: leaf.bytes.len() });
                 }
                 at.version.validate()?;
-                return Ok((leaf, chains));
+                return Ok(());
             }
             let (slot, neighbour) = match target {
                 Target::Holding(k) => {
@@ -119,7 +185,7 @@ impl BTree {
 
     /// A cursor whose version chains `resolver` turns into values.
     pub(crate) fn cursor_with<R: Resolve>(&self, resolver: R) -> Cursor<'_, R> {
-        Cursor { tree: self, leaf: Leaf::default(), pos: None, resolver }
+        Cursor { tree: self, leaf: Leaf::default(), chains: Vec::new(), pos: None, resolver }
     }
 
     /// The entries with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or `..`), in order;
@@ -152,36 +218,42 @@ impl BTree {
 pub struct Cursor<'t, R: Resolve = Plain> {
     tree: &'t BTree,
     leaf: Leaf,
+    /// Scratch for [`BTree::load_leaf`].
+    chains: Vec<usize>,
     /// Index into `leaf.entries`; `None` when not on an entry.
     pos: Option<usize>,
     resolver: R,
 }
 
 impl<'t, R: Resolve> Cursor<'t, R> {
+    fn load(&mut self, target: Target<'_>) {
+        self.tree.load_leaf(target, &self.resolver, &mut self.leaf, &mut self.chains);
+    }
+
     /// Moves to the first entry with a key `>= key`; false if there is none.
     pub fn seek(&mut self, key: &[u8]) -> bool {
-        self.leaf = self.tree.load_leaf(Target::Holding(key), &self.resolver);
-        let i = self.leaf.entries.partition_point(|(k, _)| k.as_slice() < key);
+        self.load(Target::Holding(key));
+        let i = self.leaf.partition(|k| k < key);
         self.settle_forward(i)
     }
 
     /// Moves to the last entry with a key `<= key`; false if there is none.
     pub fn seek_for_prev(&mut self, key: &[u8]) -> bool {
-        self.leaf = self.tree.load_leaf(Target::Holding(key), &self.resolver);
-        let i = self.leaf.entries.partition_point(|(k, _)| k.as_slice() <= key);
+        self.load(Target::Holding(key));
+        let i = self.leaf.partition(|k| k <= key);
         self.settle_backward(i)
     }
 
     /// Moves to the first entry of the tree; false if it is empty.
     pub fn seek_first(&mut self) -> bool {
-        self.leaf = self.tree.load_leaf(Target::First, &self.resolver);
+        self.load(Target::First);
         self.settle_forward(0)
     }
 
     /// Moves to the last entry of the tree; false if it is empty.
     pub fn seek_last(&mut self) -> bool {
-        self.leaf = self.tree.load_leaf(Target::Last, &self.resolver);
-        let n = self.leaf.entries.len();
+        self.load(Target::Last);
+        let n = self.leaf.len();
         self.settle_backward(n)
     }
 
@@ -203,23 +275,23 @@ impl<'t, R: Resolve> Cursor<'t, R> {
 
     /// The current key, if positioned.
     pub fn key(&self) -> Option<&[u8]> {
-        self.pos.map(|i| self.leaf.entries[i].0.as_slice())
+        self.pos.map(|i| self.leaf.key(i))
     }
 
     /// The current value, if positioned.
     pub fn value(&self) -> Option<&[u8]> {
-        self.pos.map(|i| self.leaf.entries[i].1.as_slice())
+        self.pos.map(|i| self.leaf.value(i))
     }
 
     /// Positions at entry `i` of the current leaf, or the first entry of a following leaf.
     fn settle_forward(&mut self, mut i: usize) -> bool {
-        while i >= self.leaf.entries.len() {
+        while i >= self.leaf.len() {
             let Some(upper) = self.leaf.upper.take() else {
                 self.pos = None;
                 return false;
             };
-            self.leaf = self.tree.load_leaf(Target::Holding(&upper), &self.resolver);
-            i = self.leaf.entries.partition_point(|(k, _)| k.as_slice() < upper.as_slice());
+            self.load(Target::Holding(&upper));
+            i = self.leaf.partition(|k| k < upper.as_slice());
         }
         self.pos = Some(i);
         true
@@ -233,8 +305,8 @@ impl<'t, R: Resolve> Cursor<'t, R> {
                 self.pos = None;
                 return false;
             };
-            self.leaf = self.tree.load_leaf(Target::Before(&lower), &self.resolver);
-            i = self.leaf.entries.partition_point(|(k, _)| k.as_slice() < lower.as_slice());
+            self.load(Target::Before(&lower));
+            i = self.leaf.partition(|k| k < lower.as_slice());
         }
         self.pos = Some(i - 1);
         true

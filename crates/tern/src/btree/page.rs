@@ -107,14 +107,24 @@ impl Page {
     /// capped at the page size, so garbage lengths cannot exhaust memory).
     pub(crate) fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
         let len = len.min(self.size());
-        out.reserve(len);
-        let mut i = 0;
-        while i < len {
-            let chunk = self.load8(off.saturating_add(i)).to_le_bytes();
-            let take = (len - i).min(8);
-            out.extend_from_slice(&chunk[..take]);
-            i += take;
+        let start = out.len();
+        out.resize(start + len, 0);
+        let dst = &mut out[start..];
+        // The bytes up to the next word boundary, then whole words, then the tail: one load
+        // and one 8-byte store per word (a scan copies whole leaves through here).
+        let head = ((8 - off % 8) % 8).min(len);
+        dst[..head].copy_from_slice(&self.load8(off).to_le_bytes()[..head]);
+        let first = off.saturating_add(head) / 8;
+        let words = self.words.get(first..).unwrap_or(&[]);
+        let mut chunks = dst[head..].chunks_exact_mut(8);
+        // Chunks past the page's end keep the zeros `resize` wrote.
+        for (chunk, word) in (&mut chunks).zip(words) {
+            chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
         }
+        let tail = chunks.into_remainder();
+        let tail_word = first.saturating_add((len - head) / 8);
+        let n = tail.len();
+        tail.copy_from_slice(&self.word(tail_word).to_le_bytes()[..n]);
     }
 
     /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
@@ -207,6 +217,11 @@ mod tests {
                 assert_eq!(p.compare(off, len, &data), Ordering::Equal);
             }
         }
+        // Appends after what `out` holds; bytes past the end read as zeros.
+        p.write(56, b"12345678");
+        let mut out = b"xy".to_vec();
+        p.read_into(59, 13, &mut out);
+        assert_eq!(out, b"xy45678\0\0\0\0\0\0\0\0");
         p.set_u16(7, 0xBEEF);
         assert_eq!(p.u16_at(7), 0xBEEF);
         p.set_u32(13, 0xDEAD_BEEF);

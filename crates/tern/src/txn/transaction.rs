@@ -183,10 +183,26 @@ impl<'db> Txn<'db> {
         self.get_from(&table.inner, key)
     }
 
+    /// Copies the value of `key` in the default table into `out` (cleared first; its capacity
+    /// is reused, so a loop of reads allocates nothing); false if there is none.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.read_into(&self.db.default_table, key, out)
+    }
+
+    /// [`Txn::get_into`] in `table`.
+    pub fn get_into_in(&self, table: &Table, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.check_table(table)?;
+        self.read_into(&table.inner, key, out)
+    }
+
     fn get_from(&self, table: &TableInner, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.check_usable()?;
         let mut out = Vec::new();
-        Ok(table.tree.get_resolved(key, &View { reader: self.reader() }, &mut out)?.then_some(out))
+        Ok(self.read_into(table, key, &mut out)?.then_some(out))
+    }
+
+    fn read_into(&self, table: &TableInner, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.check_usable()?;
+        table.tree.get_resolved(key, &View { reader: self.reader() }, out)
     }
 
     /// The entries of the default table with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or

@@ -1,0 +1,499 @@
+//! The engine benchmark driver behind `tern bench ycsb`, `tern bench tpcb` and
+//! `tern bench compare`: the same job on each engine (tern and, with the `peers` feature,
+//! LMDB, WiredTiger, Berkeley DB, RocksDB), loaded once per engine, then measured with the
+//! engines interleaved round by round ([`super::runner`]), each engine's throughput reported
+//! with its ratio to tern.
+//!
+//! A [`Job`] is what runs: a YCSB workload ([`super::ycsb`]) or TPC-B ([`super::tpcb`]). The
+//! load phase and the run phase are reported separately; the run reports latency percentiles
+//! per operation type and, where the kernel allows, hardware counters per operation
+//! ([`super::counters`]). Any engine error stops that engine's thread and fails the command
+//! after printing what was measured: a benchmark that loses a write must not report a rate.
+
+use super::counters;
+use super::harness::{self, run_threads, run_threads_to_completion, Control, Sample, ThreadResult};
+use super::plot::{self, Series};
+use super::report::{emit, ns, si, Record};
+use super::runner::{self, Case, RunFn};
+use clap::Args;
+use crossbeam_utils::CachePadded;
+use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use tern_peers::{Engine, OpenOptions, Session};
+
+/// Options shared by `tern bench ycsb`, `tpcb` and `compare`.
+#[derive(Args, Clone, Debug)]
+pub struct DriverArgs {
+    /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
+    /// `--features peers`) [default: tern; compare: every engine in this build].
+    #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
+    pub engine: Option<Vec<String>>,
+    /// Workloads, comma separated: YCSB a..f (compare also takes tpcb) [default: ycsb: a,b,c,d,e,f;
+    /// compare: c].
+    #[arg(long, value_delimiter = ',', value_name = "W,...")]
+    pub workload: Option<Vec<String>>,
+    /// A YCSB workload property file (recordcount, operationcount, *proportion,
+    /// requestdistribution, ...) instead of the presets; properties not acted on are reported.
+    #[arg(long, value_name = "FILE", conflicts_with = "workload")]
+    pub workload_file: Option<PathBuf>,
+    /// Records loaded before the run (YCSB; a property file's recordcount wins).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pub records: u64,
+    /// Operations per measured point, split over the threads (instead of --duration).
+    #[arg(long, value_name = "N")]
+    pub operations: Option<u64>,
+    /// Seconds per measured point (one engine, one round).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Thread counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_name = "N,...")]
+    pub threads: Vec<usize>,
+    /// Rounds per point: engines run interleaved once per round; medians are reported.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+    /// Key size in bytes (8..=512).
+    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    pub key_size: usize,
+    /// Value size in bytes [default: 100; a property file: fieldcount × fieldlength].
+    #[arg(long, value_name = "BYTES")]
+    pub value_size: Option<usize>,
+    /// Override the workloads' request distribution: uniform, zipfian, latest.
+    #[arg(long, value_name = "DIST")]
+    pub dist: Option<String>,
+    /// TPC-B scale factor: branches (each with 10 tellers and 100 000 accounts).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub scale: u64,
+    /// Threads for the load phase [default: the largest --threads].
+    #[arg(long, value_name = "N")]
+    pub load_threads: Option<usize>,
+    /// Time one operation in this many (0: none).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub sample_every: u64,
+    /// Seed for keys and operation mixes (every engine sees the same sequence).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Fail on workload properties that are not supported (instead of reporting them).
+    #[arg(long)]
+    pub strict: bool,
+    /// Write a throughput chart (per engine, against threads) to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Print one JSON object per result on stdout (JSON Lines); the tables go to stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DriverArgs {
+    /// Rejects values that would make a run meaningless.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
+            return Err(format!("--duration must be in (0, 3600] seconds, got {}", self.duration));
+        }
+        if self.threads.is_empty() || self.threads.iter().any(|&t| t == 0 || t > 1024) {
+            return Err(format!("--threads must list counts in 1..=1024, got {:?}", self.threads));
+        }
+        if self.rounds == 0 || self.rounds > 1000 {
+            return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
+        }
+        if !(8..=512).contains(&self.key_size) {
+            return Err(format!("--key-size must be in 8..=512, got {}", self.key_size));
+        }
+        if let Some(v) = self.value_size.filter(|v| !(8..=1 << 20).contains(v)) {
+            return Err(format!("--value-size must be in 8..=1048576, got {v}"));
+        }
+        if self.records == 0 || self.records > 1 << 40 {
+            return Err(format!("--records must be in 1..=2^40, got {}", self.records));
+        }
+        if self.operations == Some(0) {
+            return Err("--operations must be positive".into());
+        }
+        if self.scale == 0 || self.scale > 10_000 {
+            return Err(format!("--scale must be in 1..=10000, got {}", self.scale));
+        }
+        if self.load_threads.is_some_and(|t| t == 0 || t > 1024) {
+            return Err("--load-threads must be in 1..=1024".into());
+        }
+        Ok(())
+    }
+
+    /// The engines asked for, or `default`; each checked against this build.
+    pub fn engines(&self, default: &[&str]) -> Result<Vec<String>, String> {
+        let names: Vec<String> = self.engine.clone().unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
+        let available = tern_peers::available();
+        for n in &names {
+            if !available.contains(&n.as_str()) {
+                let known = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
+                return Err(if known.contains(&n.as_str()) {
+                    format!(
+                        "engine {n:?} is not in this build: build with `--features peers` (after \
+                         scripts/install-peers.sh), e.g. `cargo run --release --features peers -- bench ...`"
+                    )
+                } else {
+                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb)")
+                });
+            }
+        }
+        if names.is_empty() {
+            return Err("--engine names no engine".into());
+        }
+        Ok(names)
+    }
+
+    fn load_threads(&self) -> usize {
+        self.load_threads.unwrap_or_else(|| self.threads.iter().copied().max().unwrap_or(1))
+    }
+}
+
+/// One engine under test and the shared state a job's threads use on it.
+pub struct EngineState {
+    pub name: String,
+    pub engine: Box<dyn Engine>,
+    /// The next item to insert (YCSB inserts, TPC-B history rows).
+    pub next: CachePadded<AtomicU64>,
+    /// Items `0..acked` are known to be in (YCSB: for `latest`).
+    pub acked: CachePadded<AtomicU64>,
+    /// Measurements run so far: with the seed, picks each run's sequence, the same on every
+    /// engine.
+    runs: AtomicU64,
+}
+
+/// What a benchmark runs on each engine.
+pub trait Job: Sync {
+    /// The `bench` field of its records.
+    fn bench(&self) -> &'static str;
+    /// The workload name (`a`, ..., `tpcb`).
+    fn workload(&self) -> String;
+    /// Parameters reported with each record besides workload and threads.
+    fn params(&self) -> Vec<(&'static str, Value)>;
+    /// A line describing the job for the report's title.
+    fn describe(&self) -> String;
+    /// Items in the load phase.
+    fn load_items(&self) -> u64;
+    /// Bytes of data (for sizing engine caches).
+    fn data_bytes(&self) -> u64;
+    /// Item `i` of the load phase: its key and value.
+    fn load_item(&self, i: u64, key: &mut Vec<u8>, value: &mut Vec<u8>);
+    /// Called once per engine after its load: sets up shared state.
+    fn loaded(&self, engine: &EngineState);
+    /// One thread of one measurement: runs operations until `ctl` stops it or `quota` is
+    /// done. An engine error ends the thread with `Err`.
+    fn run_thread(
+        &self,
+        engine: &EngineState,
+        session: &mut dyn Session,
+        seed: u64,
+        quota: Option<u64>,
+        ctl: &Control,
+    ) -> Result<ThreadResult, String>;
+    /// After the run: checks the engine's data (TPC-B's balances); a line for the report.
+    fn check(&self, engine: &EngineState) -> Result<Option<String>, String>;
+}
+
+/// Opens each engine with a cache sized to hold `job`'s data.
+pub fn open_engines(names: &[String], args: &DriverArgs, job: &dyn Job) -> Result<Vec<EngineState>, String> {
+    let sessions = args.threads.iter().copied().max().unwrap_or(1).max(args.load_threads()) + 2;
+    // Twice the raw data, for page slack and indexes, and at least 64 MiB.
+    let cache_bytes = (job.data_bytes().saturating_mul(2) as usize).max(64 << 20);
+    names
+        .iter()
+        .map(|name| {
+            let engine = tern_peers::open(name, OpenOptions { cache_bytes, sessions })
+                .map_err(|e| format!("opening {name}: {e}"))?;
+            Ok(EngineState {
+                name: name.clone(),
+                engine,
+                next: CachePadded::new(AtomicU64::new(0)),
+                acked: CachePadded::new(AtomicU64::new(0)),
+                runs: AtomicU64::new(0),
+            })
+        })
+        .collect()
+}
+
+/// Load batches: this many items per write transaction.
+const LOAD_BATCH: u64 = 1000;
+
+/// Loads `job`'s items into every engine in turn (each timed); one record per engine.
+pub fn load(engines: &[EngineState], job: &dyn Job, args: &DriverArgs) -> Result<Vec<Record>, String> {
+    let threads = args.load_threads();
+    let total = job.load_items();
+    let mut records = Vec::new();
+    for e in engines {
+        let progress = ProgressBar::new(total);
+        progress.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        progress.set_message(format!("{}: loading {} into {}", job.bench(), job.workload(), e.name));
+        let failure = Mutex::new(None);
+        let sample = run_threads_to_completion(threads, |t, ctl| {
+            let lo = total * t as u64 / threads as u64;
+            let hi = total * (t as u64 + 1) / threads as u64;
+            match load_range(e, job, lo..hi, ctl, &progress) {
+                Ok(n) => ThreadResult::new(n, None),
+                Err(m) => {
+                    failure.lock().get_or_insert(m);
+                    ThreadResult::new(0, None)
+                }
+            }
+        });
+        progress.finish_and_clear();
+        if let Some(m) = failure.into_inner() {
+            return Err(format!("{}: loading {}: {m}", e.name, job.workload()));
+        }
+        let Some(sample) = sample else { break };
+        records.push(phase_record(job, e, "load", threads, &sample));
+    }
+    Ok(records)
+}
+
+fn load_range(
+    e: &EngineState,
+    job: &dyn Job,
+    range: std::ops::Range<u64>,
+    ctl: &Control,
+    progress: &ProgressBar,
+) -> Result<u64, String> {
+    let mut session = e.engine.session().map_err(|m| m.to_string())?;
+    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut start = range.start;
+    while start < range.end && ctl.running() {
+        let end = (start + LOAD_BATCH).min(range.end);
+        batch.resize_with((end - start) as usize, Default::default);
+        for (i, (k, v)) in (start..end).zip(batch.iter_mut()) {
+            job.load_item(i, k, v);
+        }
+        tern_peers::load(session.as_mut(), &batch).map_err(|m| m.to_string())?;
+        progress.inc(end - start);
+        start = end;
+    }
+    Ok(start - range.start)
+}
+
+fn phase_record(job: &dyn Job, e: &EngineState, phase: &str, threads: usize, s: &Sample) -> Record {
+    let mut params = serde_json::Map::new();
+    params.insert("workload".into(), json!(job.workload()));
+    params.insert("phase".into(), json!(phase));
+    for (k, v) in job.params() {
+        params.insert(k.into(), v);
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("engine".into(), json!(e.name));
+    extra.insert("fairness".into(), runner::round3(s.fairness()));
+    Record {
+        bench: job.bench(),
+        variant: e.name.clone(),
+        threads,
+        params,
+        ops: s.ops(),
+        secs: s.secs,
+        ops_per_sec: s.ops_per_sec(),
+        min_ops_per_sec: s.ops_per_sec(),
+        max_ops_per_sec: s.ops_per_sec(),
+        rounds: 1,
+        p50_ns: None,
+        p99_ns: None,
+        p999_ns: None,
+        baseline: None,
+        vs_baseline: None,
+        vs_1_thread: None,
+        extra,
+    }
+}
+
+/// One measurement of `job` on `e` with `threads` threads; failures are collected.
+fn measure(
+    job: &dyn Job,
+    e: &EngineState,
+    args: &DriverArgs,
+    threads: usize,
+    failures: &Mutex<Vec<String>>,
+) -> Option<Sample> {
+    let run = e.runs.fetch_add(1, Relaxed);
+    let body = |t: usize, ctl: &Control| {
+        let quota = args.operations.map(|n| n / threads as u64 + u64::from((t as u64) < n % threads as u64));
+        let seed = args.seed ^ (run << 32) ^ ((t as u64 + 1) << 16);
+        let result = e
+            .engine
+            .session()
+            .map_err(|m| m.to_string())
+            .and_then(|mut s| job.run_thread(e, s.as_mut(), seed, quota, ctl));
+        result.unwrap_or_else(|m| {
+            failures.lock().push(format!("{}: {m}", e.name));
+            ThreadResult::new(0, None)
+        })
+    };
+    match args.operations {
+        Some(_) => run_threads_to_completion(threads, body),
+        None => run_threads(threads, Duration::from_secs_f64(args.duration), body),
+    }
+}
+
+/// Runs `jobs` on `engine_names`: opens each engine and loads it once (with the first job's
+/// load: the jobs must share it), then runs the jobs in order on the same data, every
+/// (job, thread count) point with the engines interleaved; prints the tables and the key
+/// ratios, writes the chart.
+pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Result<(), String> {
+    harness::enable_hardware_counters();
+    let first = *jobs.first().ok_or("no workload to run")?;
+    let engines = open_engines(engine_names, args, first)?;
+    let load_records = load(&engines, first, args)?;
+    emit(&load_records, args.json, &format!("{} load phase: {}", first.bench(), first.describe()), &[]);
+    let mut series: Vec<Series> = Vec::new();
+    let mut failed = Vec::new();
+    for job in jobs {
+        engines.iter().for_each(|e| job.loaded(e));
+        let failures = Mutex::new(Vec::new());
+        let mut cases = Vec::new();
+        for &t in &args.threads {
+            let variants: Vec<(String, RunFn<'_>)> = engines
+                .iter()
+                .map(|e| {
+                    let failures = &failures;
+                    (e.name.clone(), Box::new(move || measure(*job, e, args, t, failures)) as RunFn<'_>)
+                })
+                .collect();
+            let mut params = vec![("workload", json!(job.workload())), ("phase", json!("run"))];
+            params.extend(job.params());
+            let baseline = engine_names.iter().any(|n| n == "tern").then(|| "tern".to_string());
+            cases.push(Case { params, threads: t, variants, baseline });
+        }
+        let mut records =
+            if harness::interrupted() { Vec::new() } else { runner::run(job.bench(), &cases, args.rounds) };
+        for r in &mut records {
+            r.extra.insert("engine".into(), json!(r.variant));
+        }
+        let mut notes = vec![format!("  {}", job.describe())];
+        notes.extend(engine_notes(&engines));
+        notes.extend(latency_table(&records, args.sample_every));
+        let mut checks = Vec::new();
+        for e in &engines {
+            match job.check(e) {
+                Ok(Some(line)) => checks.push(format!("  {}: {line}", e.name)),
+                Ok(None) => {}
+                Err(m) => failed.push(format!("{}: {m}", e.name)),
+            }
+        }
+        if !checks.is_empty() {
+            notes.push("\nchecks after the run:".into());
+            notes.extend(checks);
+        }
+        notes.extend(key_ratios(&records));
+        let title = format!(
+            "{} {}: run phase, {}; {} round(s); {} CPUs",
+            job.bench(),
+            job.workload(),
+            match args.operations {
+                Some(n) => format!("{n} operations per point"),
+                None => format!("{} s per point", args.duration),
+            },
+            args.rounds,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        emit(&records, args.json, &title, &notes);
+        failed.extend(failures.lock().drain(..));
+        for r in &records {
+            let name = if jobs.len() > 1 { format!("{} {}", r.variant, job.workload()) } else { r.variant.clone() };
+            match series.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push((r.threads, r.ops_per_sec)),
+                None => series.push(Series { name, points: vec![(r.threads, r.ops_per_sec)] }),
+            }
+        }
+        if harness::interrupted() {
+            break;
+        }
+    }
+    if let Some(path) = &args.plot {
+        if !series.is_empty() {
+            let workloads: Vec<String> = jobs.iter().map(|j| j.workload()).collect();
+            let title = format!("{} {}: throughput", jobs[0].bench(), workloads.join(", "));
+            let subtitle = jobs.iter().map(|j| j.describe()).collect::<Vec<_>>().join("; ");
+            plot::throughput_chart(path, &title, &subtitle, &series)?;
+            eprintln!("chart written to {}", path.display());
+        }
+    }
+    if !failed.is_empty() {
+        failed.dedup();
+        return Err(format!(
+            "engine errors (the figures above do not count the failed threads):\n  {}",
+            failed.join("\n  ")
+        ));
+    }
+    Ok(())
+}
+
+/// Each engine's configuration, the durability every engine ran with, and the counters.
+fn engine_notes(engines: &[EngineState]) -> Vec<String> {
+    let mut notes = vec!["\nengines (same durability everywhere: no commit is flushed to stable storage):".into()];
+    for e in engines {
+        notes.push(format!("  {:<10} {}", e.name, e.engine.config()));
+    }
+    notes.push(match counters::availability() {
+        Ok(events) => format!("hardware counters: {} (per operation, in the JSON lines)", events.join(", ")),
+        Err(why) => format!("hardware counters: unavailable ({why})"),
+    });
+    notes
+}
+
+/// Per-operation-type latencies and retries: one line per record.
+fn latency_table(records: &[Record], sample_every: u64) -> Vec<String> {
+    let ops = ["read", "update", "insert", "scan", "rmw", "txn"];
+    let present: Vec<&str> =
+        ops.into_iter().filter(|op| records.iter().any(|r| r.extra.contains_key(&format!("{op}_p50_ns")))).collect();
+    if present.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "\nlatency per operation type, p50 / p99 / p99.9 (one operation in {sample_every} timed); retries: \
+         transactions run again after a conflict or deadlock (median round):"
+    )];
+    let mut header = format!("  {:<10} {:>7}  {:>8}", "engine", "threads", "retries");
+    for op in &present {
+        header.push_str(&format!("  {op:<24}"));
+    }
+    lines.push(header.trim_end().to_string());
+    for r in records {
+        let retries = r.extra.get("retries").and_then(Value::as_u64).map_or("-".into(), |n| n.to_string());
+        let mut line = format!("  {:<10} {:>7}  {retries:>8}", r.variant, r.threads);
+        for op in &present {
+            let get = |s: &str| r.extra.get(&format!("{op}_{s}")).and_then(Value::as_u64);
+            let cell = match (get("p50_ns"), get("p99_ns"), get("p999_ns")) {
+                (Some(a), Some(b), Some(c)) => format!("{} / {} / {}", ns(a), ns(b), ns(c)),
+                _ => "-".into(),
+            };
+            line.push_str(&format!("  {cell:<24}"));
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    lines
+}
+
+/// tern against the best other engine at each thread count.
+fn key_ratios(records: &[Record]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut threads: Vec<usize> = records.iter().map(|r| r.threads).collect();
+    threads.dedup();
+    for t in threads {
+        let at: Vec<&Record> = records.iter().filter(|r| r.threads == t).collect();
+        let tern = at.iter().find(|r| r.variant == "tern");
+        let best = at.iter().filter(|r| r.variant != "tern").max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        if let (Some(tern), Some(best)) = (tern, best) {
+            lines.push(format!(
+                "  {t} thread(s): tern {} ops/s, best peer {} {} ops/s: tern / best peer = {:.2}x (medians)",
+                si(tern.ops_per_sec),
+                best.variant,
+                si(best.ops_per_sec),
+                tern.ops_per_sec / best.ops_per_sec
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        lines.insert(0, "\nkey ratios:".into());
+    }
+    lines
+}

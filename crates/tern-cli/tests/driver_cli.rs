@@ -1,0 +1,132 @@
+//! `tern bench ycsb`, `tpcb` and `compare` as a user runs them (tern only: the peers need a
+//! `--features peers` build, tested in crates/tern-peers).
+
+use serde_json::Value;
+use std::process::Command;
+
+fn tern(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect()
+}
+
+const SMALL: [&str; 6] = ["--records", "3000", "--duration", "0.05", "--rounds", "1"];
+
+#[test]
+fn ycsb_reports_load_and_run_phases_with_per_operation_latencies() {
+    let mut args = vec!["bench", "ycsb", "--workload", "a,e,f,d", "--threads", "1,2", "--json"];
+    args.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&args);
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    // One load record, then 4 workloads x 2 thread counts.
+    assert_eq!(lines.len(), 1 + 4 * 2, "{lines:#?}");
+    let load = &lines[0];
+    assert_eq!((load["phase"].as_str(), load["ops"].as_u64()), (Some("load"), Some(3000)), "{load}");
+    for l in &lines {
+        for key in ["bench", "workload", "engine", "threads", "records", "ops", "secs", "ops_per_sec", "variant"] {
+            assert!(l.get(key).is_some(), "missing {key}: {l}");
+        }
+        assert_eq!(
+            (l["bench"].as_str(), l["engine"].as_str(), l["records"].as_u64()),
+            (Some("ycsb"), Some("tern"), Some(3000))
+        );
+        assert!(l["ops"].as_u64().unwrap() > 0, "{l}");
+    }
+    let ops_of = |w: &str| -> Vec<&str> {
+        let l = lines.iter().find(|l| l["workload"] == w && l["phase"] == "run").unwrap();
+        ["read", "update", "insert", "scan", "rmw"]
+            .into_iter()
+            .filter(|op| l.get(format!("{op}_ops")).is_some())
+            .collect()
+    };
+    assert_eq!(ops_of("a"), ["read", "update"]);
+    assert_eq!(ops_of("e"), ["insert", "scan"]);
+    assert_eq!(ops_of("f"), ["read", "rmw"]);
+    assert_eq!(ops_of("d"), ["read", "insert"]);
+    let a = lines.iter().find(|l| l["workload"] == "a" && l["phase"] == "run").unwrap();
+    for key in ["read_p50_ns", "read_p99_ns", "read_p999_ns", "update_p50_ns", "p50_ns", "p99_ns", "p999_ns", "retries"]
+    {
+        assert!(a.get(key).is_some(), "missing {key}: {a}");
+    }
+    assert_eq!(a["not_found"], 0, "every loaded record is found: {a}");
+    assert!(stderr.contains("hardware counters:"), "{stderr}");
+}
+
+#[test]
+fn tpcb_keeps_balances_consistent_and_counts_retries() {
+    let (ok, stdout, stderr) =
+        tern(&["bench", "tpcb", "--operations", "2000", "--threads", "2", "--rounds", "2", "--json"]);
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 2, "load + run: {lines:#?}");
+    let run = &lines[1];
+    assert_eq!(
+        (run["bench"].as_str(), run["workload"].as_str(), run["ops"].as_u64()),
+        (Some("tpcb"), Some("tpcb"), Some(2000))
+    );
+    assert!(run.get("retries").is_some() && run.get("txn_p99_ns").is_some(), "{run}");
+    assert!(stderr.contains("tern: consistent: 4000 transactions"), "two rounds of 2000: {stderr}");
+}
+
+#[test]
+fn compare_names_the_ratio_to_tern_and_writes_a_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("c.svg");
+    let mut args = vec!["bench", "compare", "--workload", "c", "--threads", "1", "--plot", svg.to_str().unwrap()];
+    args.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&args);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("ycsb c: run phase") && stdout.contains("tern"), "{stdout}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.contains("tern"), "{chart}");
+}
+
+#[test]
+fn workload_files_are_read_and_unsupported_properties_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("workloadx");
+    std::fs::write(
+        &file,
+        "recordcount=2000\noperationcount=1000\nreadproportion=0.9\nupdateproportion=0.1\nfieldcount=2\n\
+         fieldlength=50\nrequestdistribution=uniform\nhotspotdatafraction=0.2\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let (ok, stdout, stderr) =
+        tern(&["bench", "ycsb", "--workload-file", path, "--threads", "1", "--rounds", "1", "--json"]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("property not supported, ignored: hotspotdatafraction=0.2"), "{stderr}");
+    let lines = json_lines(&stdout);
+    let run = lines.iter().find(|l| l["phase"] == "run").unwrap();
+    assert_eq!(
+        (run["ops"].as_u64(), run["records"].as_u64(), run["value_size"].as_u64()),
+        (Some(1000), Some(2000), Some(100))
+    );
+    assert_eq!((run["workload"].as_str(), run["dist"].as_str()), (Some("workloadx"), Some("uniform")));
+    let (ok, _, stderr) = tern(&["bench", "ycsb", "--workload-file", path, "--strict"]);
+    assert!(!ok && stderr.contains("unsupported properties (--strict): hotspotdatafraction=0.2"), "{stderr}");
+}
+
+#[test]
+fn bad_driver_input_gets_clear_errors() {
+    for (args, needle) in [
+        (&["bench", "ycsb", "--engine", "sqlite"][..], "unknown engine \"sqlite\""),
+        (&["bench", "ycsb", "--workload", "g"][..], "unknown YCSB workload \"g\""),
+        (&["bench", "ycsb", "--workload", "tpcb"][..], "tpcb is not a YCSB workload"),
+        (&["bench", "ycsb", "--key-size", "4"][..], "--key-size must be in 8..=512"),
+        (&["bench", "ycsb", "--workload-file", "/nonexistent/w"][..], "reading /nonexistent/w"),
+        (&["bench", "tpcb", "--scale", "0"][..], "--scale must be in 1..=10000"),
+        (&["bench", "ycsb", "--dist", "hotspot"][..], "hotspot is not supported"),
+    ] {
+        let (ok, _, stderr) = tern(args);
+        assert!(!ok && stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    if cfg!(not(feature = "peers")) {
+        let (ok, _, stderr) = tern(&["bench", "compare", "--engine", "tern,lmdb"]);
+        assert!(!ok && stderr.contains("\"lmdb\" is not in this build: build with `--features peers`"), "{stderr}");
+    }
+}
