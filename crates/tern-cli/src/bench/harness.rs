@@ -154,14 +154,19 @@ impl Sample {
 /// operations: a division per operation (`ops % every`) would cost more than a lock or a
 /// transaction begin it is measuring.
 pub struct LatencySampler {
-    every: u64,
-    countdown: u64,
+    clock: SampleClock,
     hist: Option<Histogram<u64>>,
 }
 
-impl LatencySampler {
-    pub fn new(every: u64) -> LatencySampler {
-        LatencySampler { every, countdown: every, hist: (every != 0).then(new_histogram) }
+/// Picks one operation in `every` (0: none) to time, by countdown.
+pub struct SampleClock {
+    every: u64,
+    countdown: u64,
+}
+
+impl SampleClock {
+    pub fn new(every: u64) -> SampleClock {
+        SampleClock { every, countdown: every }
     }
 
     /// The start time if this operation is sampled (the clock costs ~20 ns, so not every one).
@@ -176,6 +181,18 @@ impl LatencySampler {
         }
         self.countdown = self.every;
         Some(Instant::now())
+    }
+}
+
+impl LatencySampler {
+    pub fn new(every: u64) -> LatencySampler {
+        LatencySampler { clock: SampleClock::new(every), hist: (every != 0).then(new_histogram) }
+    }
+
+    /// The start time if this operation is sampled.
+    #[inline]
+    pub fn begin(&mut self) -> Option<Instant> {
+        self.clock.begin()
     }
 
     /// Records the time from `start` to `end`, if sampled.

@@ -13,10 +13,9 @@
 //! its updates or none).
 
 use super::driver::{DriverArgs, EngineState, Job};
-use super::harness::{Control, OpStats, ThreadResult};
+use super::harness::{Control, OpStats, SampleClock, ThreadResult};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
 use tern_peers::{PeerError, Session};
 
 const LONG_ABOUT: &str = "\
@@ -189,7 +188,7 @@ impl Job for TpcbJob {
         let mut rng = super::dist::SplitMix64::new(seed);
         let mut stats = OpStats::new("txn");
         let (mut buf, mut history) = (Vec::with_capacity(ROW), vec![b' '; HISTORY_ROW]);
-        let (mut retries, mut countdown) = (0u64, self.sample_every);
+        let (mut retries, mut clock) = (0u64, SampleClock::new(self.sample_every));
         let quota = quota.unwrap_or(u64::MAX);
         while stats.ops < quota && ctl.running() {
             let (aid, tid, bid) = (rng.below(self.accounts()), rng.below(self.tellers()), rng.below(self.branches()));
@@ -199,15 +198,7 @@ impl Job for TpcbJob {
             history[8..16].copy_from_slice(&aid.to_le_bytes());
             history[16..24].copy_from_slice(&tid.to_le_bytes());
             history[24..32].copy_from_slice(&bid.to_le_bytes());
-            let start = if self.sample_every > 0 {
-                countdown -= 1;
-                (countdown == 0).then(|| {
-                    countdown = self.sample_every;
-                    Instant::now()
-                })
-            } else {
-                None
-            };
+            let start = clock.begin();
             retries += tern_peers::transaction(s, |s| {
                 Self::add(s, Table::Account, aid, delta, &mut buf)?;
                 Self::add(s, Table::Teller, tid, delta, &mut buf)?;

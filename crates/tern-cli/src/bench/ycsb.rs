@@ -7,11 +7,10 @@
 //! read for; a read of a loaded record that finds nothing, or a wrong value, fails the run.
 
 use super::driver::{DriverArgs, EngineState, Job};
-use super::harness::{Control, OpStats, ThreadResult};
+use super::harness::{Control, OpStats, SampleClock, ThreadResult};
 use super::workload::{check_value, key_of, tag_value, Generator, Op, RequestDist, Workload};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::{Relaxed, Release};
-use std::time::Instant;
 use tern_peers::Session;
 
 const LONG_ABOUT: &str = "\
@@ -202,7 +201,7 @@ struct YcsbThread<'j> {
     value: Vec<u8>,
     out: Vec<u8>,
     stats: Vec<OpStats>,
-    countdown: u64,
+    clock: SampleClock,
     retries: u64,
     not_found: u64,
     scanned: u64,
@@ -221,7 +220,7 @@ impl<'j> YcsbThread<'j> {
             value,
             out: Vec::with_capacity(w.value_size),
             stats: Op::ALL.iter().map(|op| OpStats::new(op.name())).collect(),
-            countdown: job.sample_every,
+            clock: SampleClock::new(job.sample_every),
             retries: 0,
             not_found: 0,
             scanned: 0,
@@ -239,7 +238,7 @@ impl<'j> YcsbThread<'j> {
         let mut ops = 0u64;
         while ops < quota && ctl.running() {
             let op = self.gen.op();
-            let start = self.sample();
+            let start = self.clock.begin();
             self.one(op, e, s).map_err(|m| format!("{}: {m}", op.name()))?;
             let stats = &mut self.stats[op as usize];
             stats.ops += 1;
@@ -255,20 +254,6 @@ impl<'j> YcsbThread<'j> {
             r.counts.push(("scanned", self.scanned));
         }
         Ok(r)
-    }
-
-    /// The start time if this operation is timed.
-    #[inline]
-    fn sample(&mut self) -> Option<Instant> {
-        if self.job.sample_every == 0 {
-            return None;
-        }
-        self.countdown -= 1;
-        if self.countdown > 0 {
-            return None;
-        }
-        self.countdown = self.job.sample_every;
-        Some(Instant::now())
     }
 
     fn one(&mut self, op: Op, e: &EngineState, s: &mut dyn Session) -> Result<(), String> {

@@ -76,6 +76,11 @@ impl Leaf {
     }
 }
 
+/// Entries a forward move copies at most: a short scan copies a part of a leaf, not all of
+/// it (a 16 KiB leaf holds ~120 entries of 100-byte values, and copying them dominated short
+/// scans).
+const WINDOW: usize = 48;
+
 /// Which leaf to load.
 #[derive(Clone, Copy)]
 enum Target<'k> {
@@ -140,14 +145,32 @@ impl BTree {
             if n.is_leaf() {
                 leaf.clear();
                 chains.clear();
-                (leaf.lower, leaf.upper) = (n.lower_fence(), n.upper_fence());
-                for i in 0..n.count() {
+                // Going forward, only a window from the target on is copied; its first and
+                // next keys stand in for the fences (the next move reloads by key, landing
+                // on the rest of this leaf). Going backward, the whole leaf.
+                let count = n.count();
+                let (start, end) = match target {
+                    Target::Holding(k) => {
+                        let s = n.search(k, false, layout, pf).min(count);
+                        (s, count.min(s + WINDOW))
+                    }
+                    Target::First => (0, count.min(WINDOW)),
+                    Target::Before(_) | Target::Last => (0, count),
+                };
+                // Every entry before `start` is below the target key, so a backward move
+                // from the window reloads this leaf's earlier part by the target key.
+                leaf.lower = match target {
+                    Target::Holding(k) if start > 0 => Some(k.to_vec()),
+                    _ => n.lower_fence(),
+                };
+                leaf.upper = if end < count { Some(n.key(end)) } else { n.upper_fence() };
+                for i in start..end {
                     let key = leaf.bytes.len();
                     n.key_into(i, &mut leaf.bytes);
                     let value = leaf.bytes.len();
                     if n.value_ref(i).flags & FLAG_CHAIN != 0 {
                         n.chain_into(i, &mut leaf.bytes);
-                        chains.push(i);
+                        chains.push(i - start);
                     } else {
                         self.read_value(n, i, &mut leaf.bytes, guard)?;
                     }

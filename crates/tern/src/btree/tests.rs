@@ -167,6 +167,36 @@ fn cursors_walk_both_ways_across_leaves() {
 }
 
 #[test]
+fn cursors_turn_around_anywhere_in_a_partly_copied_leaf() {
+    // 16 KiB leaves of ~400 small entries: forward moves copy windows of a leaf, so turning
+    // back must find the entries before the window, and forward again the ones after it.
+    let t = tree(Layout::BranchFree, 16384);
+    let keys: Vec<Vec<u8>> = (0..5000u32).map(|i| format!("{:06}", i * 2).into_bytes()).collect();
+    for k in &keys {
+        t.insert(k, b"v").unwrap();
+    }
+    for start in [0usize, 7, 300, 2222, 4990] {
+        let mut c = t.cursor();
+        assert!(c.seek(&keys[start]));
+        let mut at = start;
+        for (steps, forward) in [(130usize, true), (200, false), (75, true), (3, false)] {
+            for _ in 0..steps {
+                let moved = if forward { c.next_entry() } else { c.prev_entry() };
+                let expect = if forward { at + 1 < keys.len() } else { at > 0 };
+                assert_eq!(moved, expect, "start {start}, at {at}, forward {forward}");
+                if !moved {
+                    // Past an end the cursor is unpositioned: reseek where it was.
+                    assert!(c.seek(&keys[at]));
+                    continue;
+                }
+                at = if forward { at + 1 } else { at - 1 };
+                assert_eq!(c.key(), Some(keys[at].as_slice()), "start {start}");
+            }
+        }
+    }
+}
+
+#[test]
 fn bad_keys_and_values_get_clear_errors() {
     let t = tree(Layout::Sorted, 4096);
     assert!(matches!(t.insert(b"", b"v"), Err(Error::KeyEmpty)));
