@@ -14,7 +14,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run benchmarks: with no name, a short default suite (about a minute).
+    /// Run benchmarks: with no name, a short default suite (about two minutes).
     Bench(bench::BenchCmd),
 }
 

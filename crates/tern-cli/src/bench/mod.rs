@@ -128,7 +128,8 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
 /// `tern bench <name>`): latches at 1, 2 and 8 threads, saturated and lightly contended; lock
 /// manager lock+unlock at 1 and 2 threads; transactions through the public `Db` API (empty,
 /// one read, one write) at 1, 2 and 32 threads; the search kernels in the cache and far beyond
-/// it; tree lookups at 1M keys.
+/// it; tree lookups at 1M keys; YCSB C and A on tern at 1M records (against the peers:
+/// `tern bench compare`).
 fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String> {
     let (d, r) = (duration.to_string(), rounds.to_string());
     let mut common: Vec<&str> = vec!["--duration", &d, "--rounds", &r];
@@ -142,7 +143,7 @@ fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String>
         );
     }
     let with = |extra: &[&'static str]| -> Vec<&str> { common.iter().copied().chain(extra.iter().copied()).collect() };
-    let steps: [&dyn Fn() -> Result<(), String>; 6] = [
+    let steps: [&dyn Fn() -> Result<(), String>; 7] = [
         &|| latch::run(&suite_args(&with(&["--threads", "1,2,8", "--cs-ns", "0"]))),
         &|| {
             let light = ["--mode", "exclusive", "--threads", "2,8", "--cs-ns", "20", "--think-ns", "200"];
@@ -157,6 +158,7 @@ fn default_suite(json: bool, duration: f64, rounds: usize) -> Result<(), String>
             let tree = ["--keys", "1000000", "--dist", "uniform", "--layout", "sorted,branchfree", "--prefetch", "0,1"];
             tree::run(&suite_args(&with(&[&tree[..], &["--threads", "1,2", "--op", "get"]].concat())))
         },
+        &|| ycsb::run(&suite_args(&with(&["--workload", "c,a", "--records", "1000000", "--threads", "1,2"]))),
     ];
     for step in steps {
         if harness::interrupted() {
