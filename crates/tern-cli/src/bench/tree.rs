@@ -5,6 +5,7 @@ use super::dist::{mix64, Dist, Sampler, SplitMix64};
 use super::harness::{run_threads, run_threads_to_completion, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
 use super::runner::{self, Case, RunFn};
+use super::workload::key_of;
 use super::Common;
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
@@ -113,15 +114,6 @@ impl TreeArgs {
     fn fixed_reference(&self) -> bool {
         !self.no_reference && self.key_size == 16 && self.value_size == 100
     }
-}
-
-/// Item `i`'s key: its hash's 8 bytes (big-endian, so keys sort by hash), then `i`, cut or
-/// zero-padded to `key_size`. `mix64` is a bijection, so keys are distinct.
-#[inline]
-fn key_of(i: u64, key_size: usize, out: &mut [u8; 512]) -> &[u8] {
-    out[..8].copy_from_slice(&mix64(i).to_be_bytes());
-    out[8..16].copy_from_slice(&i.to_be_bytes());
-    &out[..key_size]
 }
 
 /// Item `i`'s value: `i` repeated (so a read can be checked).

@@ -245,7 +245,7 @@ impl Workload {
     }
 }
 
-/// Record `i`'s key (see the module doc), written into `out`.
+/// Record `i`'s key (see the module doc), written into `out` (also the keys of `tern bench tree`).
 #[inline]
 pub fn key_of(i: u64, key_size: usize, out: &mut [u8]) -> &[u8] {
     out[..8].copy_from_slice(&mix64(i).to_be_bytes());
