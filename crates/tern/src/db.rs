@@ -14,22 +14,30 @@
 //! # Ok::<(), tern::Error>(())
 //! ```
 //!
-//! **Durability: none yet.** Data lives in memory only and is gone when the last `Db` handle is
-//! dropped; [`Db::open`] accepts a directory so that code written now keeps working when the
-//! write-ahead log lands, but writes nothing there.
+//! **Durability.** [`Db::open`] keeps a database in a directory: every commit is logged
+//! ([`crate::wal`]) and waits for the disk per its [`Durability`]; checkpoints
+//! ([`crate::checkpoint`]) bound the log; opening recovers ([`crate::recovery`]). The whole data
+//! set lives in memory (pages are not evicted to the files yet): a database must fit in RAM,
+//! and [`Options::memory_budget`] turns running out into an error. [`Db::open_temporary`]
+//! keeps nothing.
 
 use crate::btree::{BTree, TreeConfig, TreeStats};
+use crate::checkpoint::{self, CheckpointStats};
+use crate::fs::{Fs, StdFs};
 use crate::lock::{LockConfig, LockManager, LockStats};
+use crate::recovery::{self, DirLock, Recovered, RecoveryStats};
 use crate::sync::{LatchClass, LatchStats, Mutex, RwLatch, SpinConfig, SpinPolicy};
 use crate::txn::gc::{self, Collected, Gc, Item};
 use crate::txn::{Counter, Counters, GlobalList, Txn, TxnOptions, Writer};
+use crate::wal::{Durability, Wal, WalConfig, WalStats};
 use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
+use std::time::Instant;
 
 /// How running transactions are tracked: the A/B switch of the begin/commit path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +58,22 @@ pub struct Options {
     pub locks: LockConfig,
     /// How running transactions are tracked.
     pub tracking: TxnTracking,
+    /// The write-ahead log (databases opened with [`Db::open`]).
+    pub wal: WalConfig,
+    /// Writes fail with [`Error::MemoryBudget`] once the tables' pages take more than this many
+    /// bytes (`None`: no limit).
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { tree: TreeConfig::default(), locks: LockConfig::default(), tracking: TxnTracking::PerThread }
+        Options {
+            tree: TreeConfig::default(),
+            locks: LockConfig::default(),
+            tracking: TxnTracking::PerThread,
+            wal: WalConfig::default(),
+            memory_budget: None,
+        }
     }
 }
 
@@ -118,34 +137,82 @@ pub(crate) struct DbInner {
     pub gc: Gc,
     pub counters: Counters,
     pub global: Option<GlobalList>,
+    /// The log, checkpoints and directory lock of a database on disk.
+    pub durable: Option<Durable>,
+}
+
+/// What a database on disk has besides its tables.
+pub(crate) struct Durable {
+    pub wal: Arc<Wal>,
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    /// One checkpoint at a time; the newest checkpoint's sequence number.
+    checkpointing: StdMutex<Option<u64>>,
+    checkpoint_stats: StdMutex<CheckpointStats>,
+    recovery: RecoveryStats,
+    /// Wakes the checkpointer thread: (asked, stop).
+    signal: Arc<(StdMutex<(bool, bool)>, Condvar)>,
+    checkpointer: StdMutex<Option<std::thread::JoinHandle<()>>>,
+    _lock: DirLock,
 }
 
 static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Db {
-    /// Opens the database in directory `path`, creating the directory if needed.
-    ///
-    /// **Nothing is written there yet**: until the write-ahead log lands, a database lives in
-    /// memory only and is empty every time it is opened.
+    /// Opens (or creates) the database in directory `path`: locks the directory against other
+    /// openers ([`Error::Locked`]), loads the newest checkpoint and replays the log after it
+    /// ([`DbStats::recovery`] says what it did), and logs every commit from then on.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Db> {
-        let path = path.as_ref();
-        std::fs::create_dir_all(path)
-            .map_err(|source| Error::Io { what: format!("creating database directory {}", path.display()), source })?;
-        Db::new(Some(path.to_path_buf()), options)
+        Db::open_with_fs(path, options, Arc::new(StdFs))
+    }
+
+    /// [`Db::open`] through file system `fs` (tests inject faults with [`crate::fs::FaultFs`]).
+    pub fn open_with_fs(path: impl AsRef<Path>, options: Options, fs: Arc<dyn Fs>) -> Result<Db> {
+        let dir = path.as_ref();
+        check_wal_config(&options.wal)?;
+        fs.create_dir_all(dir)
+            .map_err(|source| Error::Io { what: format!("creating database directory {}", dir.display()), source })?;
+        let lock = recovery::lock_dir(dir)?;
+        let recovered = recovery::recover(&*fs, dir, options.tree, true)?;
+        crate::txn::context::clock_advance_to(recovered.max_ts);
+        let Recovered { tables, log_files, end, next_log_seq, checkpoint_seq, checkpoint_lsn, stats, .. } = recovered;
+        let wal = Wal::create(fs.clone(), dir, options.wal, log_files, next_log_seq, end, checkpoint_lsn)?;
+        note(dir, &format!("opened: {stats}"));
+        let durable = Durable {
+            wal,
+            fs,
+            dir: dir.to_path_buf(),
+            checkpointing: StdMutex::new(checkpoint_seq),
+            checkpoint_stats: StdMutex::new(CheckpointStats::default()),
+            recovery: stats,
+            signal: Arc::new((StdMutex::new((false, false)), Condvar::new())),
+            checkpointer: StdMutex::new(None),
+            _lock: lock,
+        };
+        let db = Db::new(Some(dir.to_path_buf()), options, tables, Some(durable))?;
+        db.start_checkpointer();
+        Ok(db)
     }
 
     /// A database in memory only, gone when the last handle is dropped.
     pub fn open_temporary(options: Options) -> Result<Db> {
-        Db::new(None, options)
+        Db::new(None, options, vec![(0, String::new(), BTree::new(options.tree)?)], None)
     }
 
-    fn new(path: Option<PathBuf>, options: Options) -> Result<Db> {
+    fn new(
+        path: Option<PathBuf>,
+        options: Options,
+        tables: Vec<(u32, String, BTree)>,
+        durable: Option<Durable>,
+    ) -> Result<Db> {
         let id = NEXT_DB_ID.fetch_add(1, Relaxed);
-        let default_table =
-            Arc::new(TableInner { db: id, id: 0, name: String::new(), tree: BTree::new(options.tree)? });
         let mut catalog = Catalog::default();
-        catalog.by_name.insert(String::new(), default_table.clone());
-        catalog.by_id.push(default_table.clone());
+        for (table, name, tree) in tables {
+            let table = Arc::new(TableInner { db: id, id: table, name, tree });
+            catalog.by_name.insert(table.name.clone(), table.clone());
+            catalog.by_id.push(table);
+        }
+        let default_table = catalog.by_id[0].clone();
         let writer_class = LatchClass::register("db.writers")?;
         let global = match options.tracking {
             TxnTracking::PerThread => None,
@@ -169,8 +236,37 @@ impl Db {
                 gc: Gc::new()?,
                 counters: Counters::new(),
                 global,
+                durable,
             }),
         })
+    }
+
+    /// Starts the thread that runs checkpoints once enough log was written.
+    fn start_checkpointer(&self) {
+        let Some(d) = &self.inner.durable else { return };
+        let (signal, db) = (d.signal.clone(), Arc::downgrade(&self.inner));
+        let spawned =
+            std::thread::Builder::new().name("tern-checkpoint".into()).spawn(move || checkpointer(signal, db));
+        if let Ok(handle) = spawned {
+            *d.checkpointer.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        }
+    }
+
+    /// Writes a checkpoint now (see [`crate::checkpoint`]): the database as of this moment,
+    /// without stopping readers or writers; the log before it is deleted. `Ok(None)` for a
+    /// database in memory, or when nothing was logged since the last checkpoint.
+    pub fn checkpoint(&self) -> Result<Option<CheckpointInfo>> {
+        self.inner.checkpoint()
+    }
+
+    /// Closes this handle cleanly: if it is the last one, checkpoints and syncs, and reports
+    /// any error (dropping the last handle does the same but cannot report). Other handles
+    /// stay usable.
+    pub fn close(self) -> Result<()> {
+        if Arc::strong_count(&self.inner) == 1 {
+            self.inner.shutdown()?;
+        }
+        Ok(())
     }
 
     /// The directory given to [`Db::open`], if any.
@@ -214,6 +310,13 @@ impl Db {
         let id = u32::try_from(catalog.by_id.len())
             .map_err(|_| Error::InvalidArgument("too many tables (at most 2^32)".into()))?;
         let tree = BTree::new(self.inner.options.tree)?;
+        if let Some(d) = &self.inner.durable {
+            // Logged (and synced) under the catalog latch: table ids enter the log in order.
+            let mut payload = crate::wal::record::Payload::default();
+            payload.create_table(id, name);
+            let (_, lsn) = d.wal.append_commit(&mut payload, crate::txn::context::clock_now)?;
+            d.wal.wait(lsn, true)?;
+        }
         let table = Arc::new(TableInner { db: self.inner.id, id, name: name.into(), tree });
         catalog.by_name.insert(name.into(), table.clone());
         catalog.by_id.push(table.clone());
@@ -274,8 +377,78 @@ impl Db {
                 .map(|t| TableStats { name: t.name.clone(), tree: t.tree.stats() })
                 .collect(),
             latches: crate::sync::stats(),
+            wal: inner.durable.as_ref().map(|d| d.wal.stats()),
+            checkpoints: inner
+                .durable
+                .as_ref()
+                .map(|d| d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .unwrap_or_default(),
+            recovery: inner.durable.as_ref().map(|d| d.recovery.clone()),
         }
     }
+}
+
+/// Refuses log settings that cannot work.
+fn check_wal_config(config: &WalConfig) -> Result<()> {
+    if config.file_bytes < 4096 {
+        return Err(Error::InvalidArgument(format!(
+            "log files of {} bytes are too small (at least 4096)",
+            config.file_bytes
+        )));
+    }
+    if let Durability::Periodic(every) = config.durability {
+        if every.is_zero() {
+            return Err(Error::InvalidArgument("a periodic flush interval must be above zero".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Appends a line to the database's human-readable `LOG` file (best effort: it is a diary,
+/// not data).
+fn note(dir: &Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("LOG")) {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let _ = writeln!(f, "{secs} {line}");
+    }
+}
+
+/// The checkpointer thread: waits to be asked (or stopped), checkpoints.
+fn checkpointer(signal: Arc<(StdMutex<(bool, bool)>, Condvar)>, db: Weak<DbInner>) {
+    let (lock, cond) = &*signal;
+    loop {
+        {
+            let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !state.0 && !state.1 {
+                state = cond.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            if state.1 {
+                return;
+            }
+            state.0 = false;
+        }
+        let Some(db) = db.upgrade() else { return };
+        // Failures are counted in the checkpoint stats; the log keeps everything meanwhile.
+        let _ = db.checkpoint();
+    }
+}
+
+/// What a checkpoint wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointInfo {
+    /// The file.
+    pub file: String,
+    /// Its snapshot timestamp.
+    pub snapshot: u64,
+    /// The log position it replays from.
+    pub lsn: u64,
+    /// Entries written.
+    pub entries: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Time taken, in milliseconds.
+    pub millis: u64,
 }
 
 impl std::fmt::Debug for Db {
@@ -285,6 +458,121 @@ impl std::fmt::Debug for Db {
 }
 
 impl DbInner {
+    /// [`Error::MemoryBudget`] if the tables' pages take more than the budget.
+    #[inline]
+    pub fn check_memory(&self) -> Result<()> {
+        let Some(budget) = self.options.memory_budget else { return Ok(()) };
+        let used = self.memory_used();
+        if used > budget {
+            return Err(Error::MemoryBudget { used, budget });
+        }
+        Ok(())
+    }
+
+    /// Bytes of the tables' pages (nodes and overflow pages).
+    fn memory_used(&self) -> u64 {
+        let catalog = self.catalog.read();
+        catalog.by_id.iter().map(|t| (t.tree.pages.live_pages() * t.tree.pages.page_size()) as u64).sum()
+    }
+
+    /// Asks the checkpointer thread for a checkpoint.
+    pub fn ask_checkpoint(&self) {
+        if let Some(d) = &self.durable {
+            d.signal.0.lock().unwrap_or_else(|p| p.into_inner()).0 = true;
+            d.signal.1.notify_one();
+        }
+    }
+
+    fn checkpoint(&self) -> Result<Option<CheckpointInfo>> {
+        let Some(d) = &self.durable else { return Ok(None) };
+        let started = Instant::now();
+        let result = self.write_checkpoint(d);
+        let mut stats = d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner());
+        match &result {
+            Ok(Some(info)) => {
+                stats.written += 1;
+                stats.bytes += info.bytes;
+                stats.last_millis = started.elapsed().as_millis() as u64;
+                note(
+                    &d.dir,
+                    &format!(
+                        "checkpoint {} ({} entries, {} bytes, snapshot {}, log from {}) in {} ms",
+                        info.file, info.entries, info.bytes, info.snapshot, info.lsn, info.millis
+                    ),
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                stats.failed += 1;
+                stats.last_error = Some(e.to_string());
+                note(&d.dir, &format!("checkpoint failed: {e}"));
+            }
+        }
+        result
+    }
+
+    fn write_checkpoint(&self, d: &Durable) -> Result<Option<CheckpointInfo>> {
+        let started = Instant::now();
+        let mut newest = d.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
+        let result = (|| {
+            d.wal.check_writable()?;
+            if newest.is_some() && d.wal.end() == d.wal.checkpoint_lsn() {
+                return Ok(None);
+            }
+            let read = TxnOptions { read_only: true, ..TxnOptions::default() };
+            let (txn, lsn) = d.wal.fence(|| Txn::begin(self, read));
+            // The log up to the checkpoint's position must be on disk before the checkpoint
+            // replaces the log before it.
+            d.wal.wait(lsn, true)?;
+            let seq = newest.map_or(1, |s| s + 1);
+            let mut w = checkpoint::Writer::create(d.fs.clone(), &d.dir, seq, txn.snapshot(), lsn)?;
+            let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
+            for table in tables {
+                w.table(table.id, &table.name)?;
+                for (key, value) in txn.range_in(&Table { inner: table }, ..)? {
+                    w.entry(&key, &value)?;
+                }
+            }
+            let written = w.finish()?;
+            let snapshot = txn.snapshot();
+            drop(txn);
+            if let Some(old) = newest.replace(seq) {
+                let name = checkpoint::file_name(old);
+                d.fs.remove(&d.dir.join(&name))
+                    .map_err(|source| Error::Io { what: format!("removing {name}"), source })?;
+            }
+            d.wal.checkpoint_done(Some(lsn))?;
+            Ok(Some(CheckpointInfo {
+                file: written.name,
+                snapshot,
+                lsn,
+                entries: written.entries,
+                bytes: written.bytes,
+                millis: started.elapsed().as_millis() as u64,
+            }))
+        })();
+        if result.is_err() {
+            d.wal.checkpoint_done(None)?;
+        }
+        result
+    }
+
+    /// Stops the background threads, checkpoints if anything was logged since the last
+    /// checkpoint, and syncs the log.
+    fn shutdown(&self) -> Result<()> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        d.signal.0.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        d.signal.1.notify_one();
+        if let Some(handle) = d.checkpointer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        d.wal.check_writable()?;
+        self.checkpoint()?;
+        d.wal.shutdown()
+    }
+
     pub fn table(&self, name: &str) -> Result<Table> {
         match self.catalog.read().by_name.get(name) {
             Some(t) => Ok(Table { inner: t.clone() }),
@@ -340,6 +628,9 @@ impl DbInner {
 
 impl Drop for DbInner {
     fn drop(&mut self) {
+        // A clean close: errors cannot be reported from here (`Db::close` reports them); the
+        // log holds every commit either way.
+        let _ = self.shutdown();
         // No transaction is left (each borrows a handle), so no chain is in use: free them all.
         let guard = crossbeam_epoch::pin();
         for table in &self.catalog.get_mut().by_id {
@@ -406,4 +697,10 @@ pub struct DbStats {
     pub locks: LockStats,
     pub tables: Vec<TableStats>,
     pub latches: Vec<LatchStats>,
+    /// The write-ahead log (`None` for a database in memory).
+    pub wal: Option<WalStats>,
+    /// Checkpoints written since the database opened.
+    pub checkpoints: CheckpointStats,
+    /// What opening the database recovered (`None` for a database in memory).
+    pub recovery: Option<RecoveryStats>,
 }

@@ -91,6 +91,50 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A database file is damaged somewhere other than a torn final log record; nothing was
+    /// dropped to get past it. Restore from a copy, or inspect it with `tern check`.
+    #[error("corrupt database file {file} at offset {offset}: {reason}")]
+    Corruption {
+        /// The file (its name in the database directory).
+        file: String,
+        /// Where in it.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
+
+    /// The commit's log record could not be made durable (an I/O error on write or sync). The
+    /// commit may be visible in this process, and may or may not be there after reopening; the
+    /// database is read-only from now on.
+    #[error("commit not durable: {cause}; the database is read-only until reopened")]
+    CommitNotDurable {
+        /// The I/O error that stopped the log.
+        cause: String,
+    },
+
+    /// An earlier I/O error on the log turned the database read-only; reopen it to recover.
+    #[error("the database is read-only after a log I/O error ({cause}); reopen it to recover")]
+    ReadOnly {
+        /// The I/O error that stopped the log.
+        cause: String,
+    },
+
+    /// Another handle (in this or another process) has the database directory open.
+    #[error("database {path} is locked: another process (or handle) has it open")]
+    Locked {
+        /// The database directory.
+        path: std::path::PathBuf,
+    },
+
+    /// A write would grow the database's memory beyond its configured budget.
+    #[error("memory budget exceeded: {used} bytes in use, budget {budget} bytes (the whole data set lives in memory)")]
+    MemoryBudget {
+        /// Bytes in use.
+        used: u64,
+        /// The configured budget.
+        budget: u64,
+    },
+
     /// More distinct latch classes were registered than the fixed class table holds.
     #[error("cannot register latch class {name:?}: the table holds {max} classes")]
     TooManyLatchClasses {

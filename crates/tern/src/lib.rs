@@ -10,6 +10,10 @@
 //!   collection of versions.
 //! * [`btree`]: the B+tree index.
 //! * [`lock`]: the lock manager (lockers, modes, deadlock detection).
+//! * [`wal`]: the write-ahead log: commit records, group commit, log files.
+//! * [`checkpoint`]: checkpoint files (the database as of one snapshot).
+//! * [`recovery`]: opening a directory: lock, load the checkpoint, replay the log.
+//! * [`fs`]: the file-system trait every write goes through (and a faulty one for tests).
 //! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
 //!   policies and counters.
 //! * [`stats`]: one snapshot of the process-wide counters (latch classes).
@@ -17,13 +21,19 @@
 //! Errors from every component are one type, [`Error`].
 
 pub mod btree;
+pub mod checkpoint;
 pub mod db;
 pub mod error;
+pub mod fs;
 pub mod lock;
+pub mod recovery;
 pub mod stats;
 pub mod sync;
 pub mod txn;
+pub mod wal;
 
 pub use db::{Db, DbStats, Options, Table, TxnTracking};
 pub use error::{Error, Result};
+pub use recovery::RecoveryStats;
 pub use txn::{Txn, TxnOptions};
+pub use wal::{Durability, WalConfig};

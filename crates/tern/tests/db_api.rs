@@ -208,7 +208,8 @@ fn a_huge_lock_timeout_waits_rather_than_wrapping_to_nothing() {
     t1.put(b"k", b"1").unwrap();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {
-            let opts = tern::TxnOptions { read_only: false, lock_wait: Wait::Timeout(Duration::from_secs(1 << 55)) };
+            let opts =
+                tern::TxnOptions { lock_wait: Wait::Timeout(Duration::from_secs(1 << 55)), ..Default::default() };
             let mut t2 = db.begin_with(opts).unwrap();
             t2.put(b"k", b"2").map_err(|e| e.to_string())
         });

@@ -87,7 +87,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if real[slot].is_some() {
                     continue;
                 }
-                let options = TxnOptions { read_only, lock_wait: Wait::No };
+                let options = TxnOptions { read_only, lock_wait: Wait::No, durability: None };
                 real[slot] = Some(db.begin_with(options).unwrap());
                 model_txns[slot] = Some(ModelTxn {
                     snapshot: model.clock,

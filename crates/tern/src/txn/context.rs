@@ -81,6 +81,11 @@ pub(crate) fn next_commit_ts() -> u64 {
     CLOCK.fetch_add(1, SeqCst) + 1
 }
 
+/// Moves the clock to at least `ts` (a database opened from disk, past its own timestamps).
+pub(crate) fn clock_advance_to(ts: u64) {
+    CLOCK.fetch_max(ts, SeqCst);
+}
+
 /// One running transaction's announcements.
 #[repr(align(128))]
 pub(crate) struct Slot {

@@ -53,6 +53,7 @@ pub use transaction::{Txn, TxnRange};
 use crate::lock::Wait;
 use crate::sync::aligned::Isolated;
 use crate::sync::{LatchClass, Mutex};
+use crate::wal::Durability;
 use context::Slot;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -66,11 +67,15 @@ pub struct TxnOptions {
     /// with `Wait::Forever` (the holder is not waiting, so there is no cycle to detect); use a
     /// timeout when one thread interleaves transactions.
     pub lock_wait: Wait,
+    /// When commit returns relative to the disk (`None`: the database's default,
+    /// [`WalConfig::durability`](crate::WalConfig)). A transaction that picks
+    /// `Periodic` in a database whose default is not is flushed within a second.
+    pub durability: Option<Durability>,
 }
 
 impl Default for TxnOptions {
     fn default() -> Self {
-        TxnOptions { read_only: false, lock_wait: Wait::Forever }
+        TxnOptions { read_only: false, lock_wait: Wait::Forever, durability: None }
     }
 }
 

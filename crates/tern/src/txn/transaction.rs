@@ -8,6 +8,8 @@ use crate::btree::stored::{Change, Current};
 use crate::btree::{Range, MAX_VALUE};
 use crate::db::{DbInner, Table, TableInner};
 use crate::lock::{key_id, LockMode, LockObject, Locker, Wait};
+use crate::wal::record::Payload;
+use crate::wal::Durability;
 use crate::{Error, Result};
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
@@ -20,11 +22,13 @@ use std::sync::Arc;
 pub(crate) struct Writer {
     pub locker: Locker,
     writes: Vec<Write>,
+    /// The commit's log record, built before the log's latch is taken.
+    payload: Payload,
 }
 
 impl Writer {
     pub fn new(locker: Locker) -> Writer {
-        Writer { locker, writes: Vec::new() }
+        Writer { locker, writes: Vec::new(), payload: Payload::default() }
     }
 }
 
@@ -65,6 +69,8 @@ pub struct Txn<'db> {
     owner: u32,
     /// Why the transaction can only be aborted now: `OK`, `CONFLICTED`, `DEADLOCKED`.
     failed: u8,
+    /// `Some(d)` overrides the database's durability: `DEFAULT`, `SYNC`, `NO_SYNC`, `PERIODIC`.
+    durability: u8,
     read_only: bool,
     finished: bool,
     _thread_bound: PhantomData<*const ()>,
@@ -76,6 +82,10 @@ const SHARED: u32 = u32::MAX;
 const OK: u8 = 0;
 const CONFLICTED: u8 = 1;
 const DEADLOCKED: u8 = 2;
+const DEFAULT: u8 = 0;
+const SYNC: u8 = 1;
+const NO_SYNC: u8 = 2;
+const PERIODIC: u8 = 3;
 
 /// What a write did to its key's chain.
 enum Outcome {
@@ -123,6 +133,12 @@ impl<'db> Txn<'db> {
             shard: index,
             owner,
             failed: OK,
+            durability: match options.durability {
+                None => DEFAULT,
+                Some(Durability::Sync) => SYNC,
+                Some(Durability::NoSync) => NO_SYNC,
+                Some(Durability::Periodic(_)) => PERIODIC,
+            },
             read_only: options.read_only,
             finished: false,
             _thread_bound: PhantomData,
@@ -256,6 +272,10 @@ impl<'db> Txn<'db> {
         if self.read_only {
             return Err(Error::ReadOnlyTxn);
         }
+        if let Some(d) = &self.db.durable {
+            d.wal.check_writable()?;
+        }
+        self.db.check_memory()?;
         table.tree.check_key(key)?;
         if let Some(v) = value.filter(|v| v.len() > MAX_VALUE) {
             return Err(Error::ValueTooLarge { len: v.len(), max: MAX_VALUE });
@@ -321,11 +341,38 @@ impl<'db> Txn<'db> {
             self.rollback();
             return Err(Error::TxnFailed { reason });
         }
-        let writes = &self.writer.as_ref().expect("it wrote").writes;
-        if !writes.is_empty() {
+        let db = self.db;
+        let writer = self.writer.as_mut().expect("it wrote");
+        let mut lsn = 0;
+        if !writer.writes.is_empty() {
+            let log = db.durable.as_ref().map(|d| &*d.wal);
+            if log.is_some() {
+                writer.payload.start_commit();
+                for w in &writer.writes {
+                    // SAFETY: our own uncommitted version, linked while we hold its key's lock;
+                    // nobody else reads its value.
+                    let value = unsafe { (*w.version).value() };
+                    writer.payload.push_op(w.table.as_ref().map_or(0, |t| t.id), &w.key, value);
+                }
+            }
             // Readers that meet our versions from here on wait for the stamp (see `context.rs`).
             self.slot.state.store(self.seq << 2 | COMMITTING, SeqCst);
-            let ts = next_commit_ts();
+            let ts = match log {
+                None => next_commit_ts(),
+                Some(wal) => match wal.append_commit(&mut writer.payload, next_commit_ts) {
+                    Ok((ts, end)) => {
+                        lsn = end;
+                        ts
+                    }
+                    Err(e) => {
+                        // No timestamp was drawn: nobody waits for one; undo as an abort.
+                        self.slot.state.store(self.seq << 2 | IDLE, Release);
+                        self.rollback();
+                        return Err(e);
+                    }
+                },
+            };
+            let writes = &self.writer.as_ref().expect("it wrote").writes;
             for w in writes {
                 // SAFETY: our version, linked in its chain until we unlock its key (below).
                 unsafe { &*w.version }.ts.store(ts, Release);
@@ -345,7 +392,28 @@ impl<'db> Txn<'db> {
         if !items.is_empty() {
             self.db.queue_for_gc(self.shard as usize, items);
         }
-        Ok(())
+        match &db.durable {
+            Some(d) if lsn > 0 => {
+                // Visible already (its locks are released too: a transaction that reads or
+                // overwrites it logs after it, see `wal`), acknowledged once durable.
+                let durability = match self.durability {
+                    DEFAULT => db.options.wal.durability,
+                    SYNC => Durability::Sync,
+                    NO_SYNC => Durability::NoSync,
+                    _ => Durability::Periodic(std::time::Duration::ZERO),
+                };
+                let waited = match durability {
+                    Durability::Sync => d.wal.wait(lsn, true),
+                    Durability::NoSync => d.wal.wait(lsn, false),
+                    Durability::Periodic(_) => Ok(()),
+                };
+                if d.wal.checkpoint_due() {
+                    db.ask_checkpoint();
+                }
+                waited
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Aborts: the writes are undone; nobody ever saw them.

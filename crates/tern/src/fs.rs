@@ -1,0 +1,279 @@
+//! The file system as the log and the checkpointer see it: a small trait, the real one, and a
+//! faulty one for tests.
+//!
+//! Every byte tern writes to disk goes through [`Fs`], so tests can inject the faults real disks
+//! produce: short writes, `EIO` on write or on `fdatasync`, a full disk ([`FaultFs`]). The
+//! engine's rules for using it:
+//!
+//! 1. A write may be short: callers loop until every byte is written or an error comes back.
+//! 2. An error from `sync` is final. The kernel may have dropped the dirty pages it could not
+//!    write and will report success on the next `fsync` ("fsyncgate"), so tern never retries a
+//!    failed sync: the log turns read-only until the database is reopened and recovered.
+//! 3. A new file is durable only once its directory is synced: creating, renaming or removing
+//!    a file is followed by [`Fs::sync_dir`] before anything relies on it.
+
+use std::fmt::Debug;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// A file open for appending.
+pub trait FsFile: Send + Debug {
+    /// Writes some prefix of `buf` at the end of the file; returns how many bytes (maybe fewer
+    /// than asked).
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize>;
+    /// Makes the written data durable (`fdatasync`).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// The file operations tern needs.
+pub trait Fs: Send + Sync + Debug {
+    /// Creates `dir` and its parents if missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// The names of the files in `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Creates `path` (truncating it if it exists) for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Opens existing `path` for appending at its end.
+    fn append(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Opens `path` for reading from the start.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
+    /// The length of `path` in bytes.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// Cuts `path` to `len` bytes and makes the new length durable.
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes file `path`.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes `dir`'s entries (files created, renamed, removed) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Reads all of `path`.
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.open_read(path)?.read_to_end(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// Writes all of `buf` to `file`, looping over short writes.
+pub(crate) fn write_all(file: &mut dyn FsFile, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match file.write(buf) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The operating system's file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StdFs;
+
+#[derive(Debug)]
+struct StdFile(std::fs::File);
+
+impl FsFile for StdFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        io::Write::write(&mut self.0, buf)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Fs for StdFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(StdFile(file)))
+    }
+
+    fn append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(StdFile(std::fs::OpenOptions::new().append(true).open(path)?)))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?)))
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        Ok(std::fs::metadata(path)?.len())
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        file.set_len(len)?;
+        file.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// Faults a [`FaultFs`] injects; change them at any time (every field is atomic), from any
+/// thread.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Writes accept at most half of what they are given (at least one byte).
+    pub short_writes: AtomicBool,
+    /// Writes fail with `EIO`.
+    pub fail_writes: AtomicBool,
+    /// Syncs (file and directory) fail with `EIO`.
+    pub fail_syncs: AtomicBool,
+    /// Bytes that may still be written before writes fail with `ENOSPC` (`u64::MAX`: no limit).
+    pub space_left: AtomicU64,
+    /// Bytes written through this file system.
+    pub bytes_written: AtomicU64,
+    /// Syncs that succeeded.
+    pub syncs: AtomicU64,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Arc<Faults> {
+        Arc::new(Faults { space_left: AtomicU64::new(u64::MAX), ..Faults::default() })
+    }
+}
+
+/// The real file system with injectable faults (see [`Faults`]), for tests.
+#[derive(Clone, Debug)]
+pub struct FaultFs {
+    /// The faults to inject; shared with every file opened through this file system.
+    pub faults: Arc<Faults>,
+}
+
+impl FaultFs {
+    /// A faulty file system that injects nothing until told to.
+    pub fn new() -> FaultFs {
+        FaultFs { faults: Faults::none() }
+    }
+}
+
+impl Default for FaultFs {
+    fn default() -> Self {
+        FaultFs::new()
+    }
+}
+
+#[derive(Debug)]
+struct FaultFile {
+    inner: StdFile,
+    faults: Arc<Faults>,
+}
+
+fn eio(what: &str) -> io::Error {
+    io::Error::other(format!("injected EIO on {what}"))
+}
+
+impl FsFile for FaultFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let f = &self.faults;
+        if f.fail_writes.load(Relaxed) {
+            return Err(eio("write"));
+        }
+        let mut n = buf.len();
+        if f.short_writes.load(Relaxed) {
+            n = (n / 2).max(1);
+        }
+        let left = f.space_left.load(Relaxed);
+        if left == 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        n = n.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let written = self.inner.write(&buf[..n])?;
+        if left != u64::MAX {
+            f.space_left.fetch_sub(written as u64, Relaxed);
+        }
+        f.bytes_written.fetch_add(written as u64, Relaxed);
+        Ok(written)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        if self.faults.fail_syncs.load(Relaxed) {
+            return Err(eio("fdatasync"));
+        }
+        self.inner.sync()?;
+        self.faults.syncs.fetch_add(1, Relaxed);
+        Ok(())
+    }
+}
+
+impl Fs for FaultFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        StdFs.create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        StdFs.list(dir)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(FaultFile { inner: StdFile(file), faults: self.faults.clone() }))
+    }
+
+    fn append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = std::fs::OpenOptions::new().append(true).open(path)?;
+        Ok(Box::new(FaultFile { inner: StdFile(file), faults: self.faults.clone() }))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        StdFs.open_read(path)
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        StdFs.len(path)
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        if self.faults.fail_syncs.load(Relaxed) {
+            return Err(eio("truncate"));
+        }
+        StdFs.truncate(path, len)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdFs.rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        StdFs.remove(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        if self.faults.fail_syncs.load(Relaxed) {
+            return Err(eio("directory fsync"));
+        }
+        StdFs.sync_dir(dir)
+    }
+}

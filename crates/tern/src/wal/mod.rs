@@ -1,0 +1,504 @@
+//! The write-ahead log: commit records, group commit, log files.
+//!
+//! A committing transaction encodes its redo record (table, key, value or tombstone) on its own
+//! thread, then takes the log's append latch just long enough to draw its commit timestamp and
+//! copy the framed record into the log buffer. It then waits, per its [`Durability`], until a
+//! flush covers its record. Flushing is **group commit**: the first waiter that finds no flush
+//! under way becomes the leader, takes everything appended so far, writes it with one `write`
+//! and one `fdatasync`, and wakes the group; the others sleep meanwhile and find themselves
+//! covered. No latch a committer needs is held across I/O: the append latch is released before
+//! any write, and the leader's I/O state is touched by the leader alone.
+//!
+//! # Invariants
+//! 1. Log order is timestamp order: commit timestamps are drawn under the append latch, in the
+//!    order records enter the buffer. So a checkpoint at snapshot `S` that noted the log's end `L`
+//!    while holding the latch ([`Wal::fence`]) has every commit above `S` at or after `L`.
+//! 2. The log on disk is a prefix of the log in memory (written in order, never rewritten); a
+//!    commit that read another's writes logs after it, so its durability implies theirs.
+//! 3. `durable <= written <= end`, all log sequence numbers (LSNs: byte positions in the
+//!    endless log, file headers not counted), and each only grows.
+//! 4. A failed write or sync is final: the log stops (every later append and wait fails with
+//!    the first error) and never reports a record durable that a failed flush carried. A failed
+//!    `fdatasync` is not retried (the kernel may have dropped the pages and would report the
+//!    next one clean).
+//! 5. A log file is complete and synced before the next one is created, and the next file's
+//!    header (with its start LSN) is synced with its directory entry before records go there.
+//!    Records never span files.
+//!
+//! # Files
+//! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
+//! records (see `record.rs`). A file is closed and a new one started once it exceeds the
+//! configured size; files wholly before the newest checkpoint's LSN are deleted. `reader.rs`
+//! reads them back for recovery.
+
+pub(crate) mod reader;
+pub mod record;
+
+use crate::fs::{write_all, Fs, FsFile};
+use crate::sync::{LatchClass, Mutex};
+use crate::{Error, Result};
+use record::Payload;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Condvar, Mutex as StdMutex, OnceLock};
+use std::time::Duration;
+
+/// When a commit returns, relative to its log record reaching the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// After its record is written and `fdatasync`ed: survives a power loss (the default).
+    Sync,
+    /// After its record is written to the operating system, not synced: survives a crash of
+    /// the process, not of the machine.
+    NoSync,
+    /// At once; a background thread writes and syncs the log every interval. A crash of any
+    /// kind loses up to an interval of commits (never part of one).
+    Periodic(Duration),
+}
+
+/// Log settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalConfig {
+    /// Transactions' default durability (each may override it).
+    pub durability: Durability,
+    /// A log file is closed and a new one started beyond this size.
+    pub file_bytes: u64,
+    /// A checkpoint starts on its own once this much log was written since the last.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        WalConfig { durability: Durability::Sync, file_bytes: 64 << 20, checkpoint_bytes: 256 << 20 }
+    }
+}
+
+/// A log file's header.
+pub(crate) const HEADER: usize = 32;
+const MAGIC: &[u8; 8] = b"TERNWAL1";
+
+/// The header of log file `seq`, whose first record is at `start`.
+pub(crate) fn header(seq: u64, start: u64) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..24].copy_from_slice(&start.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// `(seq, start)` of a log file header, if it is one.
+pub(crate) fn parse_header(h: &[u8]) -> Option<(u64, u64)> {
+    let h = h.get(..HEADER)?;
+    if &h[0..8] != MAGIC || crc32c::crc32c(&h[..28]).to_le_bytes() != h[28..32] {
+        return None;
+    }
+    Some((u64::from_le_bytes(h[8..16].try_into().ok()?), u64::from_le_bytes(h[16..24].try_into().ok()?)))
+}
+
+/// The name of log file `seq`.
+pub(crate) fn file_name(seq: u64) -> String {
+    format!("wal-{seq:010}.log")
+}
+
+/// The sequence number in a log file's name.
+pub(crate) fn parse_file_name(name: &str) -> Option<u64> {
+    name.strip_prefix("wal-")?.strip_suffix(".log")?.parse().ok()
+}
+
+/// Group sizes are counted in buckets of powers of two: 1, 2, 3–4, 5–8, …, 129 and more.
+pub const GROUP_BUCKETS: usize = 9;
+
+/// Log counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WalStats {
+    /// Bytes appended since the database opened (framing and padding included).
+    pub bytes: u64,
+    /// Records appended since the database opened.
+    pub records: u64,
+    /// Records written to the file.
+    pub records_written: u64,
+    /// Writes of the buffer to a file (one per group).
+    pub flushes: u64,
+    /// `fdatasync` calls.
+    pub syncs: u64,
+    /// Flushes by group size (records written together): bucket `i` counts groups of
+    /// `2^(i-1)+1 ..= 2^i` records (bucket 0: one record; the last: 129 and more).
+    pub group_sizes: [u64; GROUP_BUCKETS],
+    /// The largest group.
+    pub max_group: u64,
+    /// Log files started.
+    pub files_created: u64,
+    /// Log files deleted after a checkpoint covered them.
+    pub files_removed: u64,
+    /// The log's end (an LSN: bytes of records ever written).
+    pub end_lsn: u64,
+    /// The first error that stopped the log, if any.
+    pub failed: Option<String>,
+}
+
+impl WalStats {
+    /// The median group size's bucket's upper bound, or 0 without flushes.
+    pub fn group_median(&self) -> u64 {
+        let total: u64 = self.group_sizes.iter().sum();
+        let mut seen = 0;
+        for (i, n) in self.group_sizes.iter().enumerate() {
+            seen += n;
+            if total > 0 && seen * 2 >= total {
+                return 1 << i;
+            }
+        }
+        0
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    flushes: AtomicU64,
+    syncs: AtomicU64,
+    records: AtomicU64,
+    groups: [AtomicU64; GROUP_BUCKETS],
+    max_group: AtomicU64,
+    files_created: AtomicU64,
+    files_removed: AtomicU64,
+}
+
+/// The buffer records enter, under the append latch.
+struct Tail {
+    buf: Vec<u8>,
+    /// The LSN just past the buffer's last byte.
+    end: u64,
+    /// Records in the buffer.
+    records: u64,
+    /// Records appended since the database opened.
+    appended: u64,
+}
+
+/// Leader election.
+struct Flush {
+    leading: bool,
+    /// The highest LSN a waiter wants synced.
+    want_sync: u64,
+}
+
+/// The leader's: the open file and a spare buffer.
+struct Io {
+    file: Box<dyn FsFile>,
+    seq: u64,
+    /// Bytes in the current file (header included).
+    file_bytes: u64,
+    spare: Vec<u8>,
+}
+
+/// The periodic flusher thread and its stop signal.
+type Flusher = (Arc<(StdMutex<bool>, Condvar)>, std::thread::JoinHandle<()>);
+
+/// The log of one database (see the module doc).
+pub(crate) struct Wal {
+    dir: PathBuf,
+    fs: Arc<dyn Fs>,
+    config: WalConfig,
+    /// The LSN where this process's log began.
+    opened_at: u64,
+    tail: Mutex<Tail>,
+    flush: StdMutex<Flush>,
+    flushed: Condvar,
+    io: StdMutex<Io>,
+    /// `(seq, start LSN)` of every log file on disk, oldest first.
+    files: StdMutex<Vec<(u64, u64)>>,
+    written: AtomicU64,
+    durable: AtomicU64,
+    /// The LSN the newest checkpoint replays from.
+    checkpoint_lsn: AtomicU64,
+    /// A checkpoint was asked for and has not finished.
+    checkpoint_asked: AtomicBool,
+    failed: OnceLock<String>,
+    counters: Counters,
+    /// The periodic flusher, stopped on `shutdown`.
+    flusher: StdMutex<Option<Flusher>>,
+}
+
+fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { what, source }
+}
+
+impl Wal {
+    /// Starts a new log file `seq` at LSN `start` in `dir`, after recovery found `files` there
+    /// (`(seq, start)`, oldest first) and the newest checkpoint replays from `checkpoint_lsn`.
+    pub fn create(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        config: WalConfig,
+        mut files: Vec<(u64, u64)>,
+        seq: u64,
+        start: u64,
+        checkpoint_lsn: u64,
+    ) -> Result<Arc<Wal>> {
+        let file = new_file(&*fs, dir, seq, start)?;
+        files.push((seq, start));
+        let wal = Arc::new(Wal {
+            dir: dir.to_path_buf(),
+            fs,
+            config,
+            opened_at: start,
+            tail: Mutex::with_class(
+                Tail { buf: Vec::with_capacity(1 << 16), end: start, records: 0, appended: 0 },
+                *APPEND_CLASS,
+            ),
+            flush: StdMutex::new(Flush { leading: false, want_sync: 0 }),
+            flushed: Condvar::new(),
+            io: StdMutex::new(Io { file, seq, file_bytes: HEADER as u64, spare: Vec::with_capacity(1 << 16) }),
+            files: StdMutex::new(files),
+            written: AtomicU64::new(start),
+            durable: AtomicU64::new(start),
+            checkpoint_lsn: AtomicU64::new(checkpoint_lsn),
+            checkpoint_asked: AtomicBool::new(false),
+            failed: OnceLock::new(),
+            counters: Counters::default(),
+            flusher: StdMutex::new(None),
+        });
+        wal.counters.files_created.fetch_add(1, Relaxed);
+        // The flusher also covers transactions that chose `Periodic` in a database whose
+        // default is not.
+        wal.start_flusher(match config.durability {
+            Durability::Periodic(every) => every,
+            _ => Duration::from_secs(1),
+        });
+        Ok(wal)
+    }
+
+    /// The error that stopped the log, as [`Error::ReadOnly`], if one did.
+    pub fn check_writable(&self) -> Result<()> {
+        match self.failed.get() {
+            None => Ok(()),
+            Some(cause) => Err(Error::ReadOnly { cause: cause.clone() }),
+        }
+    }
+
+    /// Appends a commit record: draws its timestamp (under the latch, see invariant 1), copies
+    /// it into the buffer. Returns the timestamp and the LSN just past the record.
+    #[inline]
+    pub fn append_commit(&self, payload: &mut Payload, next_ts: impl FnOnce() -> u64) -> Result<(u64, u64)> {
+        self.check_writable()?;
+        let mut tail = self.tail.lock();
+        let ts = next_ts();
+        payload.set_ts(ts);
+        let n = payload.frame_into(&mut tail.buf);
+        tail.end += n as u64;
+        tail.records += 1;
+        tail.appended += 1;
+        Ok((ts, tail.end))
+    }
+
+    /// Runs `f` with appends held off; returns its result and the log's end at that moment.
+    /// A snapshot taken in `f` sees every record before the end and none after it.
+    pub fn fence<T>(&self, f: impl FnOnce() -> T) -> (T, u64) {
+        let tail = self.tail.lock();
+        (f(), tail.end)
+    }
+
+    /// Returns once the log is durable (`sync`) or written (otherwise) up to `lsn`.
+    pub fn wait(&self, lsn: u64, sync: bool) -> Result<()> {
+        let done = if sync { &self.durable } else { &self.written };
+        loop {
+            if done.load(Acquire) >= lsn {
+                return Ok(());
+            }
+            if let Some(cause) = self.failed.get() {
+                return Err(Error::CommitNotDurable { cause: cause.clone() });
+            }
+            let mut flush = self.flush.lock().unwrap_or_else(|p| p.into_inner());
+            if sync {
+                flush.want_sync = flush.want_sync.max(lsn);
+            }
+            if flush.leading {
+                // A flush is under way; it may not cover us (we may have appended after it
+                // took the buffer): wake with it and look again.
+                drop(self.flushed.wait(flush).unwrap_or_else(|p| p.into_inner()));
+                continue;
+            }
+            flush.leading = true;
+            let sync_to = flush.want_sync;
+            drop(flush);
+            let result = self.lead(sync_to);
+            let mut flush = self.flush.lock().unwrap_or_else(|p| p.into_inner());
+            flush.leading = false;
+            drop(flush);
+            self.flushed.notify_all();
+            if let Err(e) = result {
+                self.fail(&e);
+            }
+        }
+    }
+
+    /// Writes and syncs everything appended so far (the periodic flusher, checkpoints, close).
+    pub fn flush_all(&self, sync: bool) -> Result<()> {
+        let end = self.tail.lock().end;
+        self.wait(end, sync)
+    }
+
+    /// The leader's flush: takes the buffer, writes it, syncs it if a waiter up to `sync_to`
+    /// wants that, and starts a new file if this one is full.
+    fn lead(&self, sync_to: u64) -> Result<()> {
+        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        let io = &mut *io;
+        let (end, records) = {
+            let mut tail = self.tail.lock();
+            std::mem::swap(&mut tail.buf, &mut io.spare);
+            (tail.end, std::mem::take(&mut tail.records))
+        };
+        if !io.spare.is_empty() {
+            let name = file_name(io.seq);
+            write_all(&mut *io.file, &io.spare).map_err(io_err(format!("writing log file {name}")))?;
+            io.file_bytes += io.spare.len() as u64;
+            io.spare.clear();
+            self.written.store(end, Release);
+            self.count_group(records);
+        }
+        let full = io.file_bytes >= self.config.file_bytes;
+        if (sync_to > self.durable.load(Relaxed) || full) && self.durable.load(Relaxed) < end {
+            io.file.sync().map_err(io_err(format!("syncing log file {}", file_name(io.seq))))?;
+            self.counters.syncs.fetch_add(1, Relaxed);
+            self.durable.store(end, Release);
+        }
+        if full {
+            let seq = io.seq + 1;
+            io.file = new_file(&*self.fs, &self.dir, seq, end)?;
+            io.seq = seq;
+            io.file_bytes = HEADER as u64;
+            self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, end));
+            self.counters.files_created.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+
+    fn count_group(&self, records: u64) {
+        let c = &self.counters;
+        c.flushes.fetch_add(1, Relaxed);
+        c.records.fetch_add(records, Relaxed);
+        let bucket = (records.max(1).next_power_of_two().trailing_zeros() as usize).min(GROUP_BUCKETS - 1);
+        c.groups[bucket].fetch_add(1, Relaxed);
+        c.max_group.fetch_max(records, Relaxed);
+    }
+
+    /// Stops the log for good after `error`.
+    fn fail(&self, error: &Error) {
+        let _ = self.failed.set(error.to_string());
+    }
+
+    /// The LSN past the last record appended.
+    pub fn end(&self) -> u64 {
+        self.tail.lock().end
+    }
+
+    /// The LSN the newest checkpoint replays from.
+    pub fn checkpoint_lsn(&self) -> u64 {
+        self.checkpoint_lsn.load(Relaxed)
+    }
+
+    /// Log bytes written since the newest checkpoint's LSN.
+    pub fn since_checkpoint(&self) -> u64 {
+        self.written.load(Relaxed).saturating_sub(self.checkpoint_lsn.load(Relaxed))
+    }
+
+    /// Whether enough log was written since the last checkpoint to start one; true once per
+    /// checkpoint (until [`Wal::checkpoint_done`]).
+    #[inline]
+    pub fn checkpoint_due(&self) -> bool {
+        self.since_checkpoint() >= self.config.checkpoint_bytes
+            && !self.checkpoint_asked.load(Relaxed)
+            && !self.checkpoint_asked.swap(true, Relaxed)
+    }
+
+    /// A checkpoint that replays from `lsn` is durable: deletes the log files wholly before it.
+    pub fn checkpoint_done(&self, lsn: Option<u64>) -> Result<()> {
+        self.checkpoint_asked.store(false, Relaxed);
+        let Some(lsn) = lsn else { return Ok(()) };
+        self.checkpoint_lsn.fetch_max(lsn, Relaxed);
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let mut removed = 0;
+        // File i is wholly before `lsn` if file i+1 starts at or before it.
+        while files.len() > 1 && files[1].1 <= lsn {
+            let name = file_name(files[0].0);
+            self.fs.remove(&self.dir.join(&name)).map_err(io_err(format!("removing log file {name}")))?;
+            files.remove(0);
+            removed += 1;
+        }
+        if removed > 0 {
+            self.counters.files_removed.fetch_add(removed, Relaxed);
+            self.fs.sync_dir(&self.dir).map_err(io_err(format!("syncing directory {}", self.dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// The log's counters.
+    pub fn stats(&self) -> WalStats {
+        let c = &self.counters;
+        let (end, appended) = {
+            let tail = self.tail.lock();
+            (tail.end, tail.appended)
+        };
+        WalStats {
+            bytes: end - self.opened_at,
+            records: appended,
+            records_written: c.records.load(Relaxed),
+            flushes: c.flushes.load(Relaxed),
+            syncs: c.syncs.load(Relaxed),
+            group_sizes: std::array::from_fn(|i| c.groups[i].load(Relaxed)),
+            max_group: c.max_group.load(Relaxed),
+            files_created: c.files_created.load(Relaxed),
+            files_removed: c.files_removed.load(Relaxed),
+            end_lsn: end,
+            failed: self.failed.get().cloned(),
+        }
+    }
+
+    fn start_flusher(self: &Arc<Self>, every: Duration) {
+        let stop = Arc::new((StdMutex::new(false), Condvar::new()));
+        let wal = Arc::downgrade(self);
+        let signal = stop.clone();
+        let spawned = std::thread::Builder::new().name("tern-wal-flush".into()).spawn(move || {
+            let (lock, cond) = &*signal;
+            let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !*stopped {
+                stopped = cond.wait_timeout(stopped, every).unwrap_or_else(|p| p.into_inner()).0;
+                let Some(wal) = wal.upgrade() else { break };
+                // A failure stops the log; appends report it from then on.
+                let _ = wal.flush_all(true);
+            }
+        });
+        if let Ok(handle) = spawned {
+            *self.flusher.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop, handle));
+        }
+    }
+
+    /// Stops the periodic flusher and makes everything appended durable.
+    pub fn shutdown(&self) -> Result<()> {
+        if let Some((stop, handle)) = self.flusher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            stop.1.notify_all();
+            let _ = handle.join();
+        }
+        if self.failed.get().is_some() {
+            return self.check_writable();
+        }
+        self.flush_all(true)
+    }
+}
+
+/// The latch class of the append latch.
+static APPEND_CLASS: std::sync::LazyLock<LatchClass> =
+    std::sync::LazyLock::new(|| LatchClass::register("wal.append").unwrap_or(LatchClass::DEFAULT));
+
+/// Creates log file `seq` starting at `start`, header synced, directory synced.
+fn new_file(fs: &dyn Fs, dir: &Path, seq: u64, start: u64) -> Result<Box<dyn FsFile>> {
+    let name = file_name(seq);
+    let path = dir.join(&name);
+    let mut file = fs.create(&path).map_err(io_err(format!("creating log file {name}")))?;
+    write_all(&mut *file, &header(seq, start)).map_err(io_err(format!("writing log file {name}")))?;
+    file.sync().map_err(io_err(format!("syncing log file {name}")))?;
+    fs.sync_dir(dir).map_err(io_err(format!("syncing directory {}", dir.display())))?;
+    Ok(file)
+}

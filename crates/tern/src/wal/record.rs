@@ -1,0 +1,302 @@
+//! Log records: framing, checksums, payloads.
+//!
+//! A record on disk is `crc32c: u32 | len: u32 | payload: len bytes | zero padding to 8 bytes`,
+//! little-endian. The checksum covers the length and the payload, so a flipped length is caught
+//! like a flipped byte of data. Records start at 8-byte aligned log positions, which is what lets
+//! recovery look past a bad record for valid ones (see `reader.rs`).
+//!
+//! Payloads:
+//! * commit: `1 | ts: u64 | ops: u32 | op*`, an op being `table: u32 | put: u8 | klen: u32 | key`
+//!   followed, for a put, by `vlen: u32 | value`;
+//! * table created: `2 | ts: u64 | id: u32 | nlen: u32 | name`.
+
+/// Bytes of a record's frame (checksum and length).
+pub(crate) const FRAME: usize = 8;
+/// Records start at multiples of this.
+pub(crate) const ALIGN: usize = 8;
+/// The longest payload a reader accepts (a longer length field is corruption).
+pub(crate) const MAX_PAYLOAD: usize = 1 << 30;
+
+const COMMIT: u8 = 1;
+const CREATE_TABLE: u8 = 2;
+
+/// One change of a committed transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op<'a> {
+    /// The table's id.
+    pub table: u32,
+    /// The key.
+    pub key: &'a [u8],
+    /// The new value; `None`: the key was deleted.
+    pub value: Option<&'a [u8]>,
+}
+
+/// A decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// A committed transaction's changes, applied together.
+    Commit {
+        /// Its commit timestamp.
+        ts: u64,
+        /// Its changes, in the order it made them.
+        ops: Vec<Op<'a>>,
+    },
+    /// A table was created.
+    CreateTable {
+        /// The commit clock when it was created.
+        ts: u64,
+        /// Its id.
+        id: u32,
+        /// Its name.
+        name: &'a str,
+    },
+}
+
+impl Record<'_> {
+    /// The record's timestamp.
+    pub fn ts(&self) -> u64 {
+        match self {
+            Record::Commit { ts, .. } | Record::CreateTable { ts, .. } => *ts,
+        }
+    }
+}
+
+/// A commit's payload, built by the committing thread before it takes the log's latch; the
+/// timestamp is filled in under the latch ([`Payload::set_ts`]).
+#[derive(Debug, Default)]
+pub(crate) struct Payload {
+    bytes: Vec<u8>,
+    ops: u32,
+}
+
+impl Payload {
+    /// Starts a commit payload (reusing `self`'s capacity).
+    pub fn start_commit(&mut self) {
+        self.bytes.clear();
+        self.bytes.push(COMMIT);
+        self.bytes.extend_from_slice(&[0; 12]);
+        self.ops = 0;
+    }
+
+    /// Adds one change.
+    pub fn push_op(&mut self, table: u32, key: &[u8], value: Option<&[u8]>) {
+        let b = &mut self.bytes;
+        b.extend_from_slice(&table.to_le_bytes());
+        b.push(u8::from(value.is_some()));
+        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        b.extend_from_slice(key);
+        if let Some(v) = value {
+            b.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            b.extend_from_slice(v);
+        }
+        self.ops += 1;
+        b[9..13].copy_from_slice(&self.ops.to_le_bytes());
+    }
+
+    /// A table-creation payload.
+    pub fn create_table(&mut self, id: u32, name: &str) {
+        self.bytes.clear();
+        self.bytes.push(CREATE_TABLE);
+        self.bytes.extend_from_slice(&[0; 8]);
+        self.bytes.extend_from_slice(&id.to_le_bytes());
+        self.bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(name.as_bytes());
+    }
+
+    /// Fills in the timestamp.
+    pub fn set_ts(&mut self, ts: u64) {
+        self.bytes[1..9].copy_from_slice(&ts.to_le_bytes());
+    }
+
+    /// Appends the framed record to `out`; returns the bytes appended.
+    pub fn frame_into(&self, out: &mut Vec<u8>) -> usize {
+        frame(&self.bytes, out)
+    }
+}
+
+/// Appends `payload`, framed (checksum, length, padding), to `out`; returns the bytes appended.
+pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) -> usize {
+    let len = (payload.len() as u32).to_le_bytes();
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
+    let start = out.len();
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&len);
+    out.extend_from_slice(payload);
+    out.resize(start + framed_len(payload.len()), 0);
+    out.len() - start
+}
+
+/// Checks a frame header and its payload's checksum: `head` is the 8 frame bytes.
+pub(crate) fn check_frame(head: &[u8; FRAME], payload: &[u8]) -> Result<(), Bad> {
+    let crc = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes"));
+    if crc32c::crc32c_append(crc32c::crc32c(&head[4..8]), payload) != crc {
+        return Err(Bad::Checksum);
+    }
+    Ok(())
+}
+
+/// The payload length in a frame header, if plausible.
+pub(crate) fn frame_len(head: &[u8; FRAME]) -> Result<usize, Bad> {
+    let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
+    if len == 0 || len > MAX_PAYLOAD {
+        return Err(Bad::Checksum);
+    }
+    Ok(len)
+}
+
+/// The bytes a record with a payload of `len` bytes takes in the log.
+pub(crate) fn framed_len(len: usize) -> usize {
+    (FRAME + len).div_ceil(ALIGN) * ALIGN
+}
+
+/// Why bytes are not a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bad {
+    /// The buffer ends before the record does.
+    Truncated,
+    /// The checksum does not match.
+    Checksum,
+    /// The checksum matches but the payload does not parse (a bug or a forged record).
+    Malformed(&'static str),
+}
+
+impl Bad {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Bad::Truncated => "record truncated",
+            Bad::Checksum => "checksum mismatch",
+            Bad::Malformed(why) => why,
+        }
+    }
+}
+
+/// Decodes the record at the start of `buf`; returns it and the bytes it takes (padding
+/// included).
+pub(crate) fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), Bad> {
+    let Some(head) = buf.first_chunk::<FRAME>() else { return Err(Bad::Truncated) };
+    let len = frame_len(head)?;
+    let Some(payload) = buf.get(FRAME..FRAME + len) else { return Err(Bad::Truncated) };
+    check_frame(head, payload)?;
+    let record = parse(payload).ok_or(Bad::Malformed("record payload does not parse"))?;
+    Ok((record, framed_len(len).min(buf.len())))
+}
+
+/// A cursor over a payload.
+pub(crate) struct Bytes<'a>(pub &'a [u8]);
+
+impl<'a> Bytes<'a> {
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    pub fn blob(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+fn parse(payload: &[u8]) -> Option<Record<'_>> {
+    let mut b = Bytes(payload);
+    let record = match b.u8()? {
+        COMMIT => {
+            let ts = b.u64()?;
+            let n = b.u32()? as usize;
+            // Each op takes at least 9 bytes: a count beyond that is corrupt, not an allocation.
+            let mut ops = Vec::with_capacity(n.min(payload.len() / 9));
+            for _ in 0..n {
+                let table = b.u32()?;
+                let put = b.u8()?;
+                let key = b.blob()?;
+                let value = match put {
+                    0 => None,
+                    1 => Some(b.blob()?),
+                    _ => return None,
+                };
+                ops.push(Op { table, key, value });
+            }
+            Record::Commit { ts, ops }
+        }
+        CREATE_TABLE => {
+            let ts = b.u64()?;
+            let id = b.u32()?;
+            let name = std::str::from_utf8(b.blob()?).ok()?;
+            Record::CreateTable { ts, id, name }
+        }
+        _ => return None,
+    };
+    b.0.is_empty().then_some(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestOp<'a> = (u32, &'a [u8], Option<&'a [u8]>);
+
+    fn commit(ts: u64, ops: &[TestOp<'_>]) -> Vec<u8> {
+        let mut p = Payload::default();
+        p.start_commit();
+        for &(t, k, v) in ops {
+            p.push_op(t, k, v);
+        }
+        p.set_ts(ts);
+        let mut out = Vec::new();
+        let n = p.frame_into(&mut out);
+        assert_eq!(n, out.len());
+        assert_eq!(n % ALIGN, 0);
+        out
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let buf = commit(7, &[(0, b"k1", Some(b"v1")), (3, b"k2", None), (0, b"k3", Some(b""))]);
+        let (rec, used) = decode(&buf).unwrap();
+        assert_eq!(used, buf.len());
+        assert_eq!(
+            rec,
+            Record::Commit {
+                ts: 7,
+                ops: vec![
+                    Op { table: 0, key: b"k1", value: Some(b"v1") },
+                    Op { table: 3, key: b"k2", value: None },
+                    Op { table: 0, key: b"k3", value: Some(b"") },
+                ]
+            }
+        );
+        let mut p = Payload::default();
+        p.create_table(5, "users");
+        p.set_ts(9);
+        let mut out = Vec::new();
+        p.frame_into(&mut out);
+        assert_eq!(decode(&out).unwrap().0, Record::CreateTable { ts: 9, id: 5, name: "users" });
+    }
+
+    #[test]
+    fn every_flipped_bit_and_every_cut_is_detected() {
+        let buf = commit(42, &[(1, b"key", Some(b"value"))]);
+        let payload_end = FRAME + u32::from_le_bytes(buf[4..8].try_into().unwrap()) as usize;
+        for bit in 0..payload_end * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode(&b).is_err(), "flipping bit {bit} went unnoticed");
+        }
+        for cut in 0..payload_end {
+            assert_eq!(decode(&buf[..cut]).unwrap_err(), Bad::Truncated, "cut at {cut}");
+        }
+        assert!(decode(&[0u8; 64]).is_err(), "zeros are not a record");
+    }
+}
