@@ -569,7 +569,9 @@ impl DbInner {
             }
         }
         d.wal.check_writable()?;
-        self.checkpoint()?;
+        if self.options.wal.checkpoint_on_close {
+            self.checkpoint()?;
+        }
         d.wal.shutdown()
     }
 

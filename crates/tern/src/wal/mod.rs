@@ -66,11 +66,19 @@ pub struct WalConfig {
     pub file_bytes: u64,
     /// A checkpoint starts on its own once this much log was written since the last.
     pub checkpoint_bytes: u64,
+    /// Closing the database (its last handle) writes a checkpoint, so the next open replays
+    /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
+    pub checkpoint_on_close: bool,
 }
 
 impl Default for WalConfig {
     fn default() -> Self {
-        WalConfig { durability: Durability::Sync, file_bytes: 64 << 20, checkpoint_bytes: 256 << 20 }
+        WalConfig {
+            durability: Durability::Sync,
+            file_bytes: 64 << 20,
+            checkpoint_bytes: 256 << 20,
+            checkpoint_on_close: true,
+        }
     }
 }
 
