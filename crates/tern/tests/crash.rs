@@ -1,0 +1,232 @@
+//! Crash test: a child process commits transfers and random writes, reporting each commit as
+//! it is acknowledged; the parent kills it with SIGKILL at a random moment, reopens the
+//! database and checks it against a model of the acknowledged commits. Many rounds on one
+//! database, so recovery also recovers from databases that were themselves recovered.
+//!
+//! The same binary is parent and child (`harness = false`): with `TERN_CRASH_CHILD` set it runs
+//! the child's workload.
+//!
+//! Each child thread owns a keyspace (`t/<thread>/...`) and numbers its transactions; the
+//! changes of transaction `seq` of thread `t` are a function of `(t, seq)` and of the state
+//! before it, so the parent can replay any prefix into a model. After a kill, for each thread,
+//! the recovered `seq` must be at least the last acknowledged one (durable commits survive) and
+//! at most one more (the one in flight), and the thread's keys must equal the model after
+//! exactly that many transactions (no partial transaction, no lost or invented write).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tern::{Db, Durability, Options, WalConfig};
+
+const THREADS: u64 = 3;
+const ACCOUNTS: u64 = 8;
+const KEYS: u64 = 64;
+const START_BALANCE: u64 = 100;
+
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn options(mode: &str) -> Options {
+    let durability = match mode {
+        "sync" => Durability::Sync,
+        "nosync" => Durability::NoSync,
+        _ => Durability::Periodic(Duration::from_millis(20)),
+    };
+    Options {
+        wal: WalConfig { durability, file_bytes: 32 << 10, checkpoint_bytes: 256 << 10, ..WalConfig::default() },
+        ..Options::default()
+    }
+}
+
+fn account(t: u64, i: u64) -> Vec<u8> {
+    format!("t/{t}/acct/{i}").into_bytes()
+}
+
+fn seq_key(t: u64) -> Vec<u8> {
+    format!("t/{t}/seq").into_bytes()
+}
+
+/// The changes of transaction `seq` of thread `t`, given a reader of the state before it.
+fn changes(t: u64, seq: u64, read: impl Fn(&[u8]) -> Option<Vec<u8>>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    if seq == 1 {
+        for i in 0..ACCOUNTS {
+            out.push((account(t, i), Some(START_BALANCE.to_string().into_bytes())));
+        }
+    } else {
+        let r = mix(t << 40 ^ seq);
+        let (from, to) = (r % ACCOUNTS, (r >> 8) % ACCOUNTS);
+        let amount = (r >> 16) % 40;
+        let balance = |i| String::from_utf8(read(&account(t, i)).unwrap()).unwrap().parse::<u64>().unwrap();
+        if from != to && balance(from) >= amount {
+            out.push((account(t, from), Some((balance(from) - amount).to_string().into_bytes())));
+            out.push((account(t, to), Some((balance(to) + amount).to_string().into_bytes())));
+        }
+        for j in 0..1 + (r >> 24) % 3 {
+            let rr = mix(r ^ j);
+            let key = format!("t/{t}/k/{}", rr % KEYS).into_bytes();
+            let value = (rr >> 32 & 7 != 0).then(|| format!("{t}:{seq}:{}", "x".repeat((rr >> 40) as usize % 300)));
+            out.push((key, value.map(String::into_bytes)));
+        }
+    }
+    out.push((seq_key(t), Some(seq.to_string().into_bytes())));
+    out
+}
+
+fn child(dir: &Path, mode: &str) {
+    let db = Db::open(dir, options(mode)).expect("the child opens the database");
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (db, out) = (&db, out.clone());
+            s.spawn(move || {
+                let start = db.begin_read().unwrap().get(&seq_key(t)).unwrap();
+                let mut seq = start.map_or(0, |v| String::from_utf8(v).unwrap().parse::<u64>().unwrap());
+                loop {
+                    seq += 1;
+                    let mut txn = db.begin().unwrap();
+                    for (key, value) in changes(t, seq, |k| txn.get(k).unwrap()) {
+                        match value {
+                            Some(v) => txn.put(&key, &v).unwrap(),
+                            None => {
+                                txn.delete(&key).unwrap();
+                            }
+                        }
+                    }
+                    txn.commit().unwrap();
+                    let mut out = out.lock().unwrap();
+                    writeln!(out, "{t} {seq}").unwrap();
+                    out.flush().unwrap();
+                    drop(out);
+                    if t == 0 && seq % 400 == 0 {
+                        db.checkpoint().unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The model of thread `t` after `n` transactions.
+fn model(t: u64, n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for seq in 1..=n {
+        for (k, v) in changes(t, seq, |k| m.get(k).cloned()) {
+            match v {
+                Some(v) => m.insert(k, v),
+                None => m.remove(&k),
+            };
+        }
+    }
+    m
+}
+
+/// Opens `dir`, checks every thread's keys against the model; returns the recovered sequence
+/// numbers.
+fn verify(dir: &Path, acked: &[u64], mode: &str, round: usize) -> Vec<u64> {
+    let db = Db::open(dir, options(mode)).unwrap_or_else(|e| panic!("round {round}: reopening failed: {e}"));
+    let txn = db.begin_read().unwrap();
+    let mut recovered = Vec::new();
+    for t in 0..THREADS {
+        let seq = txn.get(&seq_key(t)).unwrap().map_or(0, |v| String::from_utf8(v).unwrap().parse::<u64>().unwrap());
+        let lost = seq < acked[t as usize];
+        assert!(
+            mode == "periodic" || !lost,
+            "round {round} ({mode}): thread {t} acknowledged commit {} but only {seq} survived",
+            acked[t as usize]
+        );
+        assert!(
+            seq <= acked[t as usize] + 1,
+            "round {round}: thread {t} recovered {seq}, acknowledged {}",
+            acked[t as usize]
+        );
+        let prefix = format!("t/{t}/").into_bytes();
+        let got: BTreeMap<Vec<u8>, Vec<u8>> =
+            txn.range(&prefix[..]..).unwrap().take_while(|(k, _)| k.starts_with(&prefix)).collect();
+        let want = model(t, seq);
+        assert!(got == want, "round {round} ({mode}): thread {t} at seq {seq}: state differs from the model");
+        let total: u64 = (0..ACCOUNTS)
+            .filter_map(|i| got.get(&account(t, i)))
+            .map(|v| String::from_utf8(v.clone()).unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert!(seq == 0 || total == ACCOUNTS * START_BALANCE, "round {round}: thread {t} balances sum to {total}");
+        recovered.push(seq);
+    }
+    let stats = db.stats().recovery.unwrap();
+    drop(txn);
+    // A clean close (a checkpoint): on even rounds the next child starts from it.
+    db.close().unwrap();
+    eprintln!("round {round:2} ({mode:8}): acked {acked:?} recovered {recovered:?}; {stats}");
+    recovered
+}
+
+fn main() {
+    if let Ok(dir) = std::env::var("TERN_CRASH_CHILD") {
+        child(Path::new(&dir), &std::env::var("TERN_CRASH_MODE").unwrap());
+        return;
+    }
+    let rounds: usize = std::env::var("TERN_CRASH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(24);
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut recovered = vec![0u64; THREADS as usize];
+    for round in 0..rounds {
+        let mode = ["sync", "nosync", "periodic"][round % 3];
+        let mut child = Command::new(&exe)
+            .env("TERN_CRASH_CHILD", &dir)
+            .env("TERN_CRASH_MODE", mode)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let acked = Arc::new(Mutex::new(recovered.clone()));
+        let reader = {
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let mut parts = line.split(' ').map(|p| p.parse::<u64>().unwrap());
+                    let (t, seq) = (parts.next().unwrap(), parts.next().unwrap());
+                    let mut acked = acked.lock().unwrap();
+                    assert_eq!(seq, acked[t as usize] + 1, "the child skipped a number");
+                    acked[t as usize] = seq;
+                }
+            })
+        };
+        // Some kills land during the child's own recovery, most in the middle of its commits.
+        let r = mix(round as u64 ^ 0x5eed);
+        let wait = if r % 5 == 0 { r % 30 } else { 50 + r % 400 };
+        std::thread::sleep(Duration::from_millis(wait));
+        child.kill().unwrap(); // SIGKILL
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the child ended on its own: {status}");
+        reader.join().unwrap();
+        let acked = acked.lock().unwrap().clone();
+        // Verify on the directory itself with a clean close (even rounds) or on a copy that
+        // is then dropped (odd rounds: the original goes on unrecovered into the next round).
+        if round % 2 == 0 {
+            recovered = verify(&dir, &acked, mode, round);
+        } else {
+            let copy = root.path().join(format!("copy{round}"));
+            std::fs::create_dir(&copy).unwrap();
+            for f in std::fs::read_dir(&dir).unwrap() {
+                let f = f.unwrap();
+                if f.file_name() != "LOCK" {
+                    std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+                }
+            }
+            recovered = verify(&copy, &acked, mode, round);
+            let report = tern::recovery::check(&dir).unwrap();
+            assert_eq!(report.tables.len(), 1);
+        }
+    }
+    eprintln!("crash test: {rounds} rounds in {:.1} s: ok", started.elapsed().as_secs_f64());
+}
