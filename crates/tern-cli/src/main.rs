@@ -1,6 +1,7 @@
 //! `tern`: the command-line interface and benchmark driver of the tern storage engine.
 
 mod bench;
+mod check;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -16,12 +17,16 @@ struct Cli {
 enum Command {
     /// Run benchmarks: with no name, a short default suite (about two minutes).
     Bench(bench::BenchCmd),
+    /// Verify a database directory without changing it: checksums of the checkpoint and the
+    /// log, the log's continuity, every record, every table's tree.
+    Check(check::CheckCmd),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Check(cmd) => check::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,62 @@
+//! `tern check PATH` as a user runs it: a good database, a damaged one, an open one.
+
+use std::process::Command;
+use tern::{Db, Options};
+
+fn tern_cmd(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn make_db(dir: &std::path::Path) {
+    let db = Db::open(dir, Options::default()).unwrap();
+    let users = db.create_table("users").unwrap();
+    for i in 0..300u32 {
+        let mut t = db.begin().unwrap();
+        t.put(&i.to_be_bytes(), b"value").unwrap();
+        if i % 3 == 0 {
+            t.put_in(&users, &i.to_be_bytes(), b"user").unwrap();
+        }
+        t.commit().unwrap();
+    }
+    db.close().unwrap();
+}
+
+#[test]
+fn check_reports_tables_and_names_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    make_db(dir.path());
+    let (ok, stdout, stderr) = tern_cmd(&["check", path]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+    assert!(stdout.contains("users") && stdout.contains("300") && stdout.contains("100"), "{stdout}");
+    let (ok, stdout, _) = tern_cmd(&["check", path, "--json"]);
+    assert!(ok);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["tables"][1]["entries"], 100, "{report}");
+
+    // While the database is open, check refuses (it would race the writer).
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let (ok, _, stderr) = tern_cmd(&["check", path]);
+    assert!(!ok && stderr.contains("locked"), "{stderr}");
+    drop(db);
+
+    // A flipped byte in the checkpoint: the error names the file and the offset.
+    let ckpt = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "ckpt"))
+        .unwrap();
+    let mut bytes = std::fs::read(&ckpt).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&ckpt, &bytes).unwrap();
+    let (ok, _, stderr) = tern_cmd(&["check", path]);
+    assert!(!ok, "a damaged checkpoint fails the check");
+    let name = ckpt.file_name().unwrap().to_str().unwrap();
+    assert!(stderr.contains("corrupt") && stderr.contains(name) && stderr.contains("offset"), "{stderr}");
+
+    let (ok, _, stderr) = tern_cmd(&["check", "/nonexistent/tern-db"]);
+    assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
+}
