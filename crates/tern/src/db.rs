@@ -259,13 +259,21 @@ impl Db {
         self.inner.checkpoint()
     }
 
-    /// Closes this handle cleanly: if it is the last one, checkpoints and syncs, and reports
-    /// any error (dropping the last handle does the same but cannot report). Other handles
-    /// stay usable.
+    /// Closes this handle cleanly: if it is the last one, checkpoints, syncs the log, and
+    /// releases the directory by the time it returns, reporting any error (dropping the last
+    /// handle does the same but cannot report, and may leave the release to a background
+    /// thread that is finishing a checkpoint). Other handles stay usable.
     pub fn close(self) -> Result<()> {
+        // The checkpointer holds a handle while it works: stop it first so that the count
+        // below is the callers' alone.
+        self.inner.stop_checkpointer();
         if Arc::strong_count(&self.inner) == 1 {
-            self.inner.shutdown()?;
+            return self.inner.shutdown();
         }
+        if let Some(d) = &self.inner.durable {
+            d.signal.0.lock().unwrap_or_else(|p| p.into_inner()).1 = false;
+        }
+        self.start_checkpointer();
         Ok(())
     }
 
@@ -557,10 +565,9 @@ impl DbInner {
         result
     }
 
-    /// Stops the background threads, checkpoints if anything was logged since the last
-    /// checkpoint, and syncs the log.
-    fn shutdown(&self) -> Result<()> {
-        let Some(d) = &self.durable else { return Ok(()) };
+    /// Stops the checkpointer thread and waits for it (unless it is the caller).
+    fn stop_checkpointer(&self) {
+        let Some(d) = &self.durable else { return };
         d.signal.0.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
         d.signal.1.notify_one();
         if let Some(handle) = d.checkpointer.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -568,6 +575,13 @@ impl DbInner {
                 let _ = handle.join();
             }
         }
+    }
+
+    /// Stops the background threads, checkpoints if anything was logged since the last
+    /// checkpoint, and syncs the log.
+    fn shutdown(&self) -> Result<()> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        self.stop_checkpointer();
         d.wal.check_writable()?;
         if self.options.wal.checkpoint_on_close {
             self.checkpoint()?;

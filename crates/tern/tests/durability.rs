@@ -491,3 +491,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn close_releases_the_directory_when_it_returns_and_spares_other_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { wal: WalConfig { checkpoint_bytes: 4096, ..WalConfig::default() }, ..options() };
+    for round in 0..5u8 {
+        let db = Db::open(dir.path(), opts).unwrap();
+        let other = db.clone();
+        for i in 0..200u32 {
+            put(&db, &i.to_be_bytes(), &[round; 50]);
+        }
+        // Not the last handle: the other one goes on writing (and checkpointing).
+        db.close().unwrap();
+        for i in 0..200u32 {
+            put(&other, &i.to_be_bytes(), &[round + 1; 50]);
+        }
+        other.close().unwrap();
+        // Reopening right away never finds the directory still locked.
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert_eq!(get(&db, &7u32.to_be_bytes()), Some(vec![round + 1; 50]));
+        assert_eq!(db.stats().recovery.unwrap().records_replayed, 0, "close checkpointed");
+        db.close().unwrap();
+    }
+}
