@@ -31,17 +31,19 @@
 //! configured size; files wholly before the newest checkpoint's LSN are deleted. `reader.rs`
 //! reads them back for recovery.
 
+mod group;
 pub(crate) mod reader;
 pub mod record;
 
 use crate::fs::{write_all, Fs, FsFile};
 use crate::sync::{LatchClass, Mutex};
 use crate::{Error, Result};
+use group::Group;
 use record::Payload;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
-use std::sync::{Arc, Condvar, Mutex as StdMutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex as StdMutex};
 use std::time::Duration;
 
 /// When a commit returns, relative to its log record reaching the disk.
@@ -184,13 +186,6 @@ struct Tail {
     appended: u64,
 }
 
-/// Leader election.
-struct Flush {
-    leading: bool,
-    /// The highest LSN a waiter wants synced.
-    want_sync: u64,
-}
-
 /// The leader's: the open file and a spare buffer.
 struct Io {
     file: Box<dyn FsFile>,
@@ -211,18 +206,15 @@ pub(crate) struct Wal {
     /// The LSN where this process's log began.
     opened_at: u64,
     tail: Mutex<Tail>,
-    flush: StdMutex<Flush>,
-    flushed: Condvar,
+    /// Leader election, and how far the log is written and synced.
+    group: Group,
     io: StdMutex<Io>,
     /// `(seq, start LSN)` of every log file on disk, oldest first.
     files: StdMutex<Vec<(u64, u64)>>,
-    written: AtomicU64,
-    durable: AtomicU64,
     /// The LSN the newest checkpoint replays from.
     checkpoint_lsn: AtomicU64,
     /// A checkpoint was asked for and has not finished.
     checkpoint_asked: AtomicBool,
-    failed: OnceLock<String>,
     counters: Counters,
     /// The periodic flusher, stopped on `shutdown`.
     flusher: StdMutex<Option<Flusher>>,
@@ -255,15 +247,11 @@ impl Wal {
                 Tail { buf: Vec::with_capacity(1 << 16), end: start, records: 0, appended: 0 },
                 *APPEND_CLASS,
             ),
-            flush: StdMutex::new(Flush { leading: false, want_sync: 0 }),
-            flushed: Condvar::new(),
+            group: Group::new(start),
             io: StdMutex::new(Io { file, seq, file_bytes: HEADER as u64, spare: Vec::with_capacity(1 << 16) }),
             files: StdMutex::new(files),
-            written: AtomicU64::new(start),
-            durable: AtomicU64::new(start),
             checkpoint_lsn: AtomicU64::new(checkpoint_lsn),
             checkpoint_asked: AtomicBool::new(false),
-            failed: OnceLock::new(),
             counters: Counters::default(),
             flusher: StdMutex::new(None),
         });
@@ -279,9 +267,9 @@ impl Wal {
 
     /// The error that stopped the log, as [`Error::ReadOnly`], if one did.
     pub fn check_writable(&self) -> Result<()> {
-        match self.failed.get() {
+        match self.group.failed() {
             None => Ok(()),
-            Some(cause) => Err(Error::ReadOnly { cause: cause.clone() }),
+            Some(cause) => Err(Error::ReadOnly { cause }),
         }
     }
 
@@ -307,38 +295,10 @@ impl Wal {
         (f(), tail.end)
     }
 
-    /// Returns once the log is durable (`sync`) or written (otherwise) up to `lsn`.
+    /// Returns once the log is durable (`sync`) or written (otherwise) up to `lsn`, leading
+    /// a flush if none is under way (see `group.rs`).
     pub fn wait(&self, lsn: u64, sync: bool) -> Result<()> {
-        let done = if sync { &self.durable } else { &self.written };
-        loop {
-            if done.load(Acquire) >= lsn {
-                return Ok(());
-            }
-            if let Some(cause) = self.failed.get() {
-                return Err(Error::CommitNotDurable { cause: cause.clone() });
-            }
-            let mut flush = self.flush.lock().unwrap_or_else(|p| p.into_inner());
-            if sync {
-                flush.want_sync = flush.want_sync.max(lsn);
-            }
-            if flush.leading {
-                // A flush is under way; it may not cover us (we may have appended after it
-                // took the buffer): wake with it and look again.
-                drop(self.flushed.wait(flush).unwrap_or_else(|p| p.into_inner()));
-                continue;
-            }
-            flush.leading = true;
-            let sync_to = flush.want_sync;
-            drop(flush);
-            let result = self.lead(sync_to);
-            let mut flush = self.flush.lock().unwrap_or_else(|p| p.into_inner());
-            flush.leading = false;
-            drop(flush);
-            self.flushed.notify_all();
-            if let Err(e) = result {
-                self.fail(&e);
-            }
-        }
+        self.group.wait(lsn, sync, |sync_to| self.lead(sync_to))
     }
 
     /// Writes and syncs everything appended so far (the periodic flusher, checkpoints, close).
@@ -362,14 +322,15 @@ impl Wal {
             write_all(&mut *io.file, &io.spare).map_err(io_err(format!("writing log file {name}")))?;
             io.file_bytes += io.spare.len() as u64;
             io.spare.clear();
-            self.written.store(end, Release);
+            self.group.set_written(end);
             self.count_group(records);
         }
         let full = io.file_bytes >= self.config.file_bytes;
-        if (sync_to > self.durable.load(Relaxed) || full) && self.durable.load(Relaxed) < end {
+        let durable = self.group.durable();
+        if (sync_to > durable || full) && durable < end {
             io.file.sync().map_err(io_err(format!("syncing log file {}", file_name(io.seq))))?;
             self.counters.syncs.fetch_add(1, Relaxed);
-            self.durable.store(end, Release);
+            self.group.set_durable(end);
         }
         if full {
             let seq = io.seq + 1;
@@ -391,11 +352,6 @@ impl Wal {
         c.max_group.fetch_max(records, Relaxed);
     }
 
-    /// Stops the log for good after `error`.
-    fn fail(&self, error: &Error) {
-        let _ = self.failed.set(error.to_string());
-    }
-
     /// The LSN past the last record appended.
     pub fn end(&self) -> u64 {
         self.tail.lock().end
@@ -408,7 +364,7 @@ impl Wal {
 
     /// Log bytes written since the newest checkpoint's LSN.
     pub fn since_checkpoint(&self) -> u64 {
-        self.written.load(Relaxed).saturating_sub(self.checkpoint_lsn.load(Relaxed))
+        self.group.written().saturating_sub(self.checkpoint_lsn.load(Relaxed))
     }
 
     /// Whether enough log was written since the last checkpoint to start one; true once per
@@ -459,7 +415,7 @@ impl Wal {
             files_created: c.files_created.load(Relaxed),
             files_removed: c.files_removed.load(Relaxed),
             end_lsn: end,
-            failed: self.failed.get().cloned(),
+            failed: self.group.failed(),
         }
     }
 
@@ -489,9 +445,7 @@ impl Wal {
             stop.1.notify_all();
             let _ = handle.join();
         }
-        if self.failed.get().is_some() {
-            return self.check_writable();
-        }
+        self.check_writable()?;
         self.flush_all(true)
     }
 }
