@@ -71,10 +71,7 @@ fn the_log_alone_recovers_everything_committed() {
         t.put(b"zombie", b"x").unwrap();
         t.abort();
         // What is on disk now is what a crash would leave: copy it while the database is open.
-        for f in std::fs::read_dir(dir.path()).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), copy.path().join(f.file_name())).unwrap();
-        }
+        copy_files(dir.path(), copy.path());
     }
     let db = Db::open(copy.path(), options()).unwrap();
     let stats = db.stats().recovery.unwrap();
@@ -124,11 +121,7 @@ fn checkpoints_run_beside_writers_and_the_log_is_trimmed() {
     assert!(logs.len() < 10, "old log files are gone: {logs:?}");
     assert_eq!(files(dir.path(), "checkpoint-").len(), 1, "one checkpoint is kept");
     // The forgotten handle holds the lock: copy the directory to reopen it.
-    let copy = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(dir.path()).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), copy.path().join(f.file_name())).unwrap();
-    }
+    let copy = copy_dir(dir.path());
     let db = Db::open(copy.path(), small_files()).unwrap();
     let got: BTreeMap<String, String> = db
         .begin_read()
@@ -155,14 +148,19 @@ fn committed_then_crashed(dir: &Path, n: u32) {
     std::mem::forget(db);
 }
 
-fn copy_dir(from: &Path) -> tempfile::TempDir {
-    let copy = tempfile::tempdir().unwrap();
+/// Copies a database's files (what a crash would leave), not its lock.
+fn copy_files(from: &Path, to: &Path) {
     for f in std::fs::read_dir(from).unwrap() {
         let f = f.unwrap();
         if f.file_name() != "LOCK" {
-            std::fs::copy(f.path(), copy.path().join(f.file_name())).unwrap();
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
         }
     }
+}
+
+fn copy_dir(from: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    copy_files(from, copy.path());
     copy
 }
 
@@ -475,12 +473,7 @@ proptest! {
                     generation += 1;
                     let next = root.path().join(format!("db{generation}"));
                     std::fs::create_dir(&next).unwrap();
-                    for f in std::fs::read_dir(&dir).unwrap() {
-                        let f = f.unwrap();
-                        if f.file_name() != "LOCK" {
-                            std::fs::copy(f.path(), next.join(f.file_name())).unwrap();
-                        }
-                    }
+                    copy_files(&dir, &next);
                     drop(db);
                     dir = next;
                     db = Db::open(&dir, small_files()).unwrap();

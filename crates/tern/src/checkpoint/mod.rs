@@ -23,7 +23,7 @@
 
 use crate::btree::{BTree, TreeConfig};
 use crate::fs::{write_all, Fs, FsFile};
-use crate::wal::record::{check_frame, frame, frame_len, Bytes, FRAME};
+use crate::wal::record::{check_frame, file_header, frame, frame_len, parse_file_header, Bytes, FRAME};
 use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Read;
@@ -115,12 +115,7 @@ impl Writer {
     pub fn create(fs: Arc<dyn Fs>, dir: &Path, seq: u64, snapshot: u64, lsn: u64) -> Result<Writer> {
         let name = tmp_name(seq);
         let file = fs.create(&dir.join(&name)).map_err(io(format!("creating checkpoint {name}")))?;
-        let mut head = [0u8; HEADER];
-        head[0..8].copy_from_slice(MAGIC);
-        head[8..16].copy_from_slice(&snapshot.to_le_bytes());
-        head[16..24].copy_from_slice(&lsn.to_le_bytes());
-        let crc = crc32c::crc32c(&head[..28]);
-        head[28..32].copy_from_slice(&crc.to_le_bytes());
+        let head = file_header(MAGIC, snapshot, lsn);
         let mut w = Writer {
             fs,
             dir: dir.to_path_buf(),
@@ -265,11 +260,9 @@ pub(crate) fn load(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig) -> Res
     let mut input = fs.open_read(&dir.join(&name)).map_err(io(format!("opening checkpoint {name}")))?;
     let mut head = [0u8; HEADER];
     input.read_exact(&mut head).map_err(|_| corruption(&name, 0, "the checkpoint is shorter than its header"))?;
-    if &head[0..8] != MAGIC || crc32c::crc32c(&head[..28]).to_le_bytes() != head[28..32] {
+    let Some((snapshot, lsn)) = parse_file_header(MAGIC, &head) else {
         return Err(corruption(&name, 0, "not a tern checkpoint (bad header)"));
-    }
-    let word = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
-    let (snapshot, lsn) = (word(8), word(16));
+    };
     let mut blocks = Blocks { name: name.clone(), input, offset: HEADER as u64, payload: Vec::new() };
     let mut tables = Vec::new();
     let mut entries = 0u64;

@@ -90,22 +90,12 @@ const MAGIC: &[u8; 8] = b"TERNWAL1";
 
 /// The header of log file `seq`, whose first record is at `start`.
 pub(crate) fn header(seq: u64, start: u64) -> [u8; HEADER] {
-    let mut h = [0u8; HEADER];
-    h[0..8].copy_from_slice(MAGIC);
-    h[8..16].copy_from_slice(&seq.to_le_bytes());
-    h[16..24].copy_from_slice(&start.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..28]);
-    h[28..32].copy_from_slice(&crc.to_le_bytes());
-    h
+    record::file_header(MAGIC, seq, start)
 }
 
 /// `(seq, start)` of a log file header, if it is one.
 pub(crate) fn parse_header(h: &[u8]) -> Option<(u64, u64)> {
-    let h = h.get(..HEADER)?;
-    if &h[0..8] != MAGIC || crc32c::crc32c(&h[..28]).to_le_bytes() != h[28..32] {
-        return None;
-    }
-    Some((u64::from_le_bytes(h[8..16].try_into().ok()?), u64::from_le_bytes(h[16..24].try_into().ok()?)))
+    record::parse_file_header(MAGIC, h)
 }
 
 /// The name of log file `seq`.

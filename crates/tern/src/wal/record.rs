@@ -144,6 +144,26 @@ pub(crate) fn frame_len(head: &[u8; FRAME]) -> Result<usize, Bad> {
     Ok(len)
 }
 
+/// A file's 32-byte header: `magic`, two numbers, a checksum of the rest.
+pub(crate) fn file_header(magic: &[u8; 8], a: u64, b: u64) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[0..8].copy_from_slice(magic);
+    h[8..16].copy_from_slice(&a.to_le_bytes());
+    h[16..24].copy_from_slice(&b.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// The two numbers of a [`file_header`] with `magic`, if `h` starts with a valid one.
+pub(crate) fn parse_file_header(magic: &[u8; 8], h: &[u8]) -> Option<(u64, u64)> {
+    let h = h.get(..32)?;
+    if &h[0..8] != magic || crc32c::crc32c(&h[..28]).to_le_bytes() != h[28..32] {
+        return None;
+    }
+    Some((u64::from_le_bytes(h[8..16].try_into().ok()?), u64::from_le_bytes(h[16..24].try_into().ok()?)))
+}
+
 /// The bytes a record with a payload of `len` bytes takes in the log.
 pub(crate) fn framed_len(len: usize) -> usize {
     (FRAME + len).div_ceil(ALIGN) * ALIGN
