@@ -130,3 +130,27 @@ fn bad_driver_input_gets_clear_errors() {
         assert!(!ok && stderr.contains("\"lmdb\" is not in this build: build with `--features peers`"), "{stderr}");
     }
 }
+
+#[test]
+fn compare_runs_every_engine_of_the_build_at_sync_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["bench", "compare", "--workload", "a", "--durability", "sync", "--threads", "1", "--json"];
+    args.extend(["--dir", dir.path().to_str().unwrap()]);
+    args.extend(["--records", "1000", "--duration", "0.1", "--rounds", "1"]);
+    let (ok, stdout, stderr) = tern(&args);
+    assert!(ok, "{stderr}");
+    let runs: Vec<Value> = json_lines(&stdout).into_iter().filter(|l| l["phase"] == "run").collect();
+    let engines: Vec<&str> = runs.iter().map(|l| l["engine"].as_str().unwrap()).collect();
+    let expected = if cfg!(feature = "peers") { 5 } else { 1 };
+    assert_eq!(engines.len(), expected, "{engines:?}");
+    for l in &runs {
+        assert_eq!(l["durability"], "sync", "{l}");
+        assert!(l["commits_per_sec"].as_f64().unwrap() > 0.0, "{l}");
+        assert_eq!(l.get("group_median").is_some(), l["engine"] == "tern", "only tern reports its log: {l}");
+    }
+    for engine in &engines {
+        let stated = stderr.lines().any(|l| l.trim_start().starts_with(engine) && l.contains("durability sync:"));
+        assert!(stated, "{engine}'s configuration states its level: {stderr}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "data directories are removed");
+}

@@ -1,7 +1,10 @@
 /*
  * Berkeley DB shim: the transactional B-tree access method. Environment with locking, logging,
- * a memory pool sized by the caller, transactions and DB_THREAD; DB_TXN_NOSYNC (commits are
- * not flushed: the tern run's durability level); deadlock detection on every conflict
+ * a memory pool sized by the caller, transactions and DB_THREAD; per durability level: none
+ * DB_TXN_NOSYNC (commits stay in the log buffer); sync neither flag (commit writes and flushes
+ * the log); nosync DB_TXN_WRITE_NOSYNC (written to the OS, not flushed); periodic DB_TXN_NOSYNC,
+ * with bdb_sync (DB_ENV->log_flush of everything) every interval from the Rust side. Deadlock
+ * detection on every conflict
  * (DB_LOCK_DEFAULT); lock region sized for a million locks. Every operation runs in a
  * transaction; reads in a write transaction take write locks (DB_RMW), as a read-modify-write
  * should, to avoid upgrade deadlocks. Deadlocks and lock timeouts become SHIM_RETRY.
@@ -20,7 +23,8 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, bdb_db **out, char *err, size_t errlen) {
+int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, bdb_db **out, char *err,
+             size_t errlen) {
   bdb_db *d = calloc(1, sizeof *d);
   int rc;
   const size_t gb = 1u << 30;
@@ -33,7 +37,8 @@ int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, bdb_db **o
   d->env->set_lk_max_lockers(d->env, 100000);
   d->env->set_tx_max(d->env, 10000);
   d->env->set_lg_bsize(d->env, 16u << 20);
-  d->env->set_flags(d->env, DB_TXN_NOSYNC, 1);
+  if (durability == SHIM_DURABILITY_NOSYNC) d->env->set_flags(d->env, DB_TXN_WRITE_NOSYNC, 1);
+  else if (durability != SHIM_DURABILITY_SYNC) d->env->set_flags(d->env, DB_TXN_NOSYNC, 1);
   rc = d->env->open(d->env, path, DB_CREATE | DB_INIT_LOCK | DB_INIT_LOG | DB_INIT_MPOOL | DB_INIT_TXN | DB_THREAD | DB_RECOVER, 0);
   if (rc) { d->env->close(d->env, 0); free(d); return fail(err, errlen, "DB_ENV->open", rc); }
   if ((rc = db_create(&d->db, d->env, 0)) ||
@@ -140,6 +145,12 @@ int bdb_scan(bdb_session *s, const void *start, size_t sl, size_t count, shim_vi
   c->close(c);
   if (rc != 0 && rc != DB_NOTFOUND) return txn_fail(s, "scan", rc);
   return bdb_commit(s);
+}
+
+/* Writes and flushes the whole log (the periodic level's flush). */
+int bdb_sync(bdb_session *s) {
+  int rc = s->d->env->log_flush(s->d->env, NULL);
+  return rc ? fail(s->err, sizeof s->err, "log_flush", rc) : SHIM_OK;
 }
 
 const char *bdb_version(void) { return db_version(NULL, NULL, NULL); }

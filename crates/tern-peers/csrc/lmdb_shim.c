@@ -2,8 +2,10 @@
  * LMDB shim. One environment, one unnamed database. Each session keeps a read-only transaction
  * that it resets and renews around every read (LMDB's fast path for repeated reads); writes use
  * a write transaction (LMDB serializes writers with its own mutex). Environment flags:
- * MDB_NOSYNC | MDB_NOMETASYNC (commits are not flushed: the durability of the tern run),
- * MDB_NOTLS (read transactions belong to sessions, not threads), MDB_NORDAHEAD.
+ * MDB_NOTLS (read transactions belong to sessions, not threads), MDB_NORDAHEAD, and per
+ * durability level: none MDB_NOSYNC | MDB_NOMETASYNC; sync neither (each commit flushes the data
+ * and then the meta page); nosync MDB_NOSYNC (written with pwrite, not flushed); periodic
+ * MDB_NOSYNC, with lm_sync (mdb_env_sync, forced) called every interval by the Rust side.
  */
 #include <errno.h>
 #include <lmdb.h>
@@ -20,14 +22,18 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int lm_open(const char *path, size_t map_bytes, unsigned max_readers, lm_db **out, char *err, size_t errlen) {
+int lm_open(const char *path, size_t map_bytes, unsigned max_readers, int durability, lm_db **out, char *err,
+            size_t errlen) {
   lm_db *d = calloc(1, sizeof *d);
   MDB_txn *t;
   int rc;
+  unsigned sync_flags = durability == SHIM_DURABILITY_SYNC     ? 0
+                        : durability == SHIM_DURABILITY_NONE   ? MDB_NOSYNC | MDB_NOMETASYNC
+                                                               : MDB_NOSYNC;
   if (!d) return fail(err, errlen, "calloc", ENOMEM);
   if ((rc = mdb_env_create(&d->env))) { free(d); return fail(err, errlen, "mdb_env_create", rc); }
   if ((rc = mdb_env_set_mapsize(d->env, map_bytes)) || (rc = mdb_env_set_maxreaders(d->env, max_readers)) ||
-      (rc = mdb_env_open(d->env, path, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD, 0664))) {
+      (rc = mdb_env_open(d->env, path, sync_flags | MDB_NOTLS | MDB_NORDAHEAD, 0664))) {
     mdb_env_close(d->env); free(d); return fail(err, errlen, "mdb_env_open", rc);
   }
   if ((rc = mdb_txn_begin(d->env, NULL, 0, &t)) || (rc = mdb_dbi_open(t, NULL, 0, &d->dbi)) || (rc = mdb_txn_commit(t))) {
@@ -108,5 +114,11 @@ int lm_commit(lm_session *s) {
 }
 
 void lm_abort(lm_session *s) { if (s->wtxn) mdb_txn_abort(s->wtxn); s->wtxn = NULL; }
+
+/* Flushes everything committed so far (the periodic level's flush). */
+int lm_sync(lm_session *s) {
+  int rc = mdb_env_sync(s->db->env, 1);
+  return rc ? fail(s->err, sizeof s->err, "mdb_env_sync", rc) : SHIM_OK;
+}
 
 const char *lm_version(void) { return mdb_version(NULL, NULL, NULL); }

@@ -1,7 +1,10 @@
 /*
  * RocksDB shim: a TransactionDB (pessimistic transactions with deadlock detection and a 1 s
- * lock timeout). Block cache sized by the caller; the write-ahead log is disabled (the tern
- * run keeps nothing durable either). Point reads outside a write transaction are plain
+ * lock timeout). Block cache sized by the caller. Per durability level: none disables the
+ * write-ahead log; sync WAL on, WriteOptions sync=1 (fdatasync at commit); nosync WAL on, sync=0
+ * (written to the OS at commit); periodic WAL on, sync=0, manual_wal_flush=1 (commit leaves its
+ * record in RocksDB's buffer), with rx_sync (FlushWAL(sync=true)) every interval from the Rust
+ * side. Point reads outside a write transaction are plain
  * (implicitly snapshotted) gets; scans iterate from a seek. Busy, timed-out and deadlocked
  * transactions become SHIM_RETRY.
  */
@@ -23,13 +26,15 @@ typedef struct rx_db {
 } rx_db;
 typedef struct rx_session { rx_db *d; rocksdb_transaction_t *txn; int in_txn; char err[SHIM_ERRLEN]; } rx_session;
 
-int rx_open(const char *path, size_t cache_bytes, unsigned sessions, rx_db **out, char *err, size_t errlen) {
+int rx_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, rx_db **out, char *err,
+            size_t errlen) {
   char *e = NULL;
   rx_db *d = calloc(1, sizeof *d);
   if (!d) { snprintf(err, errlen, "calloc failed"); return SHIM_ERROR; }
   d->opts = rocksdb_options_create();
   rocksdb_options_set_create_if_missing(d->opts, 1);
   rocksdb_options_increase_parallelism(d->opts, 2);
+  if (durability == SHIM_DURABILITY_PERIODIC) rocksdb_options_set_manual_wal_flush(d->opts, 1);
   d->cache = rocksdb_cache_create_lru(cache_bytes);
   d->bbto = rocksdb_block_based_options_create();
   rocksdb_block_based_options_set_block_cache(d->bbto, d->cache);
@@ -39,7 +44,8 @@ int rx_open(const char *path, size_t cache_bytes, unsigned sessions, rx_db **out
   d->txo = rocksdb_transaction_options_create();
   rocksdb_transaction_options_set_deadlock_detect(d->txo, 1);
   d->wo = rocksdb_writeoptions_create();
-  rocksdb_writeoptions_disable_WAL(d->wo, 1);
+  if (durability == SHIM_DURABILITY_NONE) rocksdb_writeoptions_disable_WAL(d->wo, 1);
+  rocksdb_writeoptions_set_sync(d->wo, durability == SHIM_DURABILITY_SYNC);
   d->ro = rocksdb_readoptions_create();
   d->db = rocksdb_transactiondb_open(d->opts, d->topts, path, &e);
   if (e) { snprintf(err, errlen, "rocksdb_transactiondb_open: %s", e); rocksdb_free(e); free(d); return SHIM_ERROR; }
@@ -143,6 +149,14 @@ int rx_scan(rx_session *s, const void *start, size_t sl, size_t count, shim_visi
   rocksdb_iter_get_error(it, &e);
   rocksdb_iter_destroy(it);
   if (e) { snprintf(s->err, sizeof s->err, "scan: %s", e); rocksdb_free(e); return SHIM_ERROR; }
+  return SHIM_OK;
+}
+
+/* Writes and flushes the WAL (the periodic level's flush). */
+int rx_sync(rx_session *s) {
+  char *e = NULL;
+  rocksdb_transactiondb_flush_wal(s->d->db, 1, &e);
+  if (e) { snprintf(s->err, sizeof s->err, "flush_wal: %s", e); rocksdb_free(e); return SHIM_ERROR; }
   return SHIM_OK;
 }
 

@@ -21,4 +21,17 @@ typedef void (*shim_sink)(void *ctx, const void *data, size_t len);
 typedef int (*shim_visit)(void *ctx, const void *key, size_t klen, const void *val, size_t vlen);
 
 #define SHIM_ERRLEN 256
+
+/*
+ * Durability levels (the `durability` argument of <engine>_open; src/lib.rs `Durability`):
+ * NONE     the settings from before tern had a log: nothing flushed, logs off where they can be;
+ * SYNC     a commit returns once written and flushed to stable storage;
+ * NOSYNC   a commit returns once written to the operating system, not flushed;
+ * PERIODIC a commit returns at once (or once written to the OS where the engine cannot defer
+ *          that); the Rust side calls <engine>_sync on a session of its own every interval.
+ */
+#define SHIM_DURABILITY_NONE 0
+#define SHIM_DURABILITY_SYNC 1
+#define SHIM_DURABILITY_NOSYNC 2
+#define SHIM_DURABILITY_PERIODIC 3
 #endif

@@ -2,8 +2,12 @@
  * WiredTiger shim. One table "table:kv" (key_format=u, value_format=u: raw byte strings). Each
  * session owns a WT_SESSION (isolation=snapshot) and a cursor on the table, reused across
  * operations. Every operation runs in an explicit transaction (begin/commit), reads included,
- * as tern's do. Connection: cache sized by the caller, logging off (no durability: the tern
- * run's level), one eviction thread.
+ * as tern's do. Connection: cache sized by the caller, one eviction thread, and per durability
+ * level: none log=(enabled=false) (no durability); sync log on,
+ * transaction_sync=(enabled=true,method=fsync); nosync log on,
+ * transaction_sync=(enabled=true,method=none) (written to the OS at commit, not flushed);
+ * periodic log on, transaction_sync=(enabled=false) (commit leaves its record in the log
+ * buffer), with wt_sync (WT_SESSION::log_flush "sync=on") every interval from the Rust side.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +23,22 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int wt_open(const char *path, size_t cache_bytes, unsigned sessions, wt_db **out, char *err, size_t errlen) {
+int wt_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, wt_db **out, char *err,
+            size_t errlen) {
   char config[512];
+  const char *log = durability == SHIM_DURABILITY_SYNC
+                        ? "log=(enabled=true),transaction_sync=(enabled=true,method=fsync)"
+                    : durability == SHIM_DURABILITY_NOSYNC
+                        ? "log=(enabled=true),transaction_sync=(enabled=true,method=none)"
+                    : durability == SHIM_DURABILITY_PERIODIC ? "log=(enabled=true),transaction_sync=(enabled=false)"
+                                                             : "log=(enabled=false)";
   WT_SESSION *s;
   wt_db *d = calloc(1, sizeof *d);
   int rc;
   if (!d) { snprintf(err, errlen, "calloc failed"); return SHIM_ERROR; }
   snprintf(config, sizeof config,
-           "create,cache_size=%zuMB,session_max=%u,log=(enabled=false),eviction=(threads_min=1,threads_max=1)",
-           cache_bytes >> 20 ? cache_bytes >> 20 : 1, sessions);
+           "create,cache_size=%zuMB,session_max=%u,%s,eviction=(threads_min=1,threads_max=1)",
+           cache_bytes >> 20 ? cache_bytes >> 20 : 1, sessions, log);
   if ((rc = wiredtiger_open(path, NULL, config, &d->conn))) { free(d); return fail(err, errlen, "wiredtiger_open", rc); }
   if ((rc = d->conn->open_session(d->conn, NULL, NULL, &s)) ||
       (rc = s->create(s, "table:kv", "key_format=u,value_format=u")) || (rc = s->close(s, NULL))) {
@@ -135,6 +146,12 @@ int wt_scan(wt_session *w, const void *start, size_t sl, size_t count, shim_visi
   if (rc != 0 && rc != WT_NOTFOUND) return txn_fail(w, "scan", rc);
   w->c->reset(w->c);
   return wt_commit(w);
+}
+
+/* Writes and flushes the log (the periodic level's flush). */
+int wt_sync(wt_session *w) {
+  int rc = w->s->log_flush(w->s, "sync=on");
+  return rc ? fail(w->err, sizeof w->err, "log_flush", rc) : SHIM_OK;
 }
 
 const char *wt_version(void) { return wiredtiger_version(NULL, NULL, NULL); }

@@ -7,8 +7,9 @@
 //!
 //! Engines: `tern` always; with the `peers` feature, LMDB, WiredTiger, Berkeley DB and RocksDB,
 //! linked from their C libraries through small C shims (`csrc/`). Each engine states its
-//! configuration ([`Engine::config`]): cache sized to hold the data, the same durability as the
-//! tern run (nothing flushed; tern keeps nothing on disk yet), one transaction per operation.
+//! configuration ([`Engine::config`]): cache sized to hold the data, one transaction per
+//! operation, and the [`Durability`] every engine of a run shares (the config line says how each
+//! engine gets it).
 
 #[cfg(feature = "peers")]
 mod shim;
@@ -17,6 +18,7 @@ mod tern_engine;
 pub use tern_engine::TernEngine;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// What went wrong in an engine call.
 #[derive(Debug)]
@@ -48,6 +50,10 @@ pub trait Engine: Send + Sync {
     fn config(&self) -> String;
     /// A session for one thread.
     fn session(&self) -> Result<Box<dyn Session + '_>>;
+    /// The write-ahead log's counters, for an engine that reports them (tern with a log).
+    fn wal_stats(&self) -> Option<tern::wal::WalStats> {
+        None
+    }
 }
 
 /// One thread's handle on an engine.
@@ -120,19 +126,100 @@ pub fn available() -> Vec<&'static str> {
     names
 }
 
+/// When a commit returns, relative to its changes reaching stable storage: one level for every
+/// engine of a run. Each engine's [`Engine::config`] names the settings that give it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// The settings from before tern had a log (comparable with earlier results): tern in
+    /// memory; LMDB and Berkeley DB never flush, WiredTiger and RocksDB log nothing; data on
+    /// tmpfs.
+    #[default]
+    None,
+    /// A commit returns once its changes are written and flushed (`fsync`/`fdatasync`).
+    Sync,
+    /// A commit returns once its changes are written to the operating system, not flushed:
+    /// survives a crash of the process, not of the machine.
+    NoSync,
+    /// A commit returns at once; the log is written and flushed every interval (by the
+    /// engine, or where it has no such mode, by a thread of the adapter).
+    Periodic(Duration),
+}
+
+impl Durability {
+    /// The level's name as the command line spells it: `none`, `sync`, `nosync`, `periodic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::None => "none",
+            Durability::Sync => "sync",
+            Durability::NoSync => "nosync",
+            Durability::Periodic(_) => "periodic",
+        }
+    }
+
+    /// One line for a report.
+    pub fn describe(self) -> String {
+        match self {
+            Durability::None => "none: no engine flushes commits to stable storage (tern in memory)".into(),
+            Durability::Sync => "sync: every commit is written and flushed to stable storage before it returns".into(),
+            Durability::NoSync => {
+                "nosync: every commit is written to the operating system before it returns, not flushed".into()
+            }
+            Durability::Periodic(every) => {
+                format!("periodic: commits return at once; the log is written and flushed every {every:?}")
+            }
+        }
+    }
+}
+
 /// What an engine is opened for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct OpenOptions {
     /// Bytes of cache to give the engine (enough to hold the data set).
     pub cache_bytes: usize,
     /// Sessions (threads) that will be open at once.
     pub sessions: usize,
+    /// How durable a commit is when it returns.
+    pub durability: Durability,
+    /// Where the engine's data directory is created (see [`OpenOptions::parent_dir`]).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { cache_bytes: 64 << 20, sessions: 4, durability: Durability::None, dir: None }
+    }
+}
+
+impl OpenOptions {
+    /// The directory the engine's own data directory is created in: `dir` if given; else
+    /// [`data_root`] (tmpfs) at [`Durability::None`], and the system's temporary directory
+    /// otherwise (a flush to tmpfs costs nothing, so a durable level must run on a disk).
+    pub fn parent_dir(&self) -> PathBuf {
+        match (&self.dir, self.durability) {
+            (Some(dir), _) => dir.clone(),
+            (None, Durability::None) => data_root(),
+            (None, _) => std::env::temp_dir(),
+        }
+    }
+
+    /// A fresh data directory for engine `name` under [`OpenOptions::parent_dir`], removed
+    /// when dropped.
+    pub fn data_dir(&self, name: &str) -> Result<tempfile::TempDir> {
+        let parent = self.parent_dir();
+        scratch_dir(&parent, &format!("tern-peer-{name}-"))
+            .map_err(|e| PeerError::Failed(format!("{name}: creating a data directory in {}: {e}", parent.display())))
+    }
 }
 
 /// Opens engine `name` in a fresh directory of its own (removed when the engine is dropped).
 pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
+    if let Durability::Periodic(every) = options.durability {
+        if every.is_zero() {
+            return Err(PeerError::Failed("a periodic flush interval must be above zero".into()));
+        }
+    }
     match name {
-        "tern" => Ok(Box::new(TernEngine::open()?)),
+        "tern" => Ok(Box::new(TernEngine::open_with(&options)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]
@@ -145,6 +232,12 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         }
         _ => Err(PeerError::Failed(format!("unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb)"))),
     }
+}
+
+/// A fresh directory named `prefix...` in `parent`, removed when dropped (for benchmarks that
+/// open databases of their own).
+pub fn scratch_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix(prefix).tempdir_in(parent)
 }
 
 /// Where engines keep their files: tmpfs (`/dev/shm`) when there is one, so that no engine

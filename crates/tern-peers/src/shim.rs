@@ -8,16 +8,26 @@
 //!   session level (LMDB environment, WiredTiger connection, Berkeley DB environment with
 //!   `DB_THREAD`, RocksDB TransactionDB) are documented as safe to share between threads;
 //! - callbacks into Rust copy what they are given before returning: C buffers are only valid
-//!   during the call.
+//!   during the call;
+//! - at [`Durability::Periodic`] a flusher thread owns one more session, used by that thread
+//!   alone; the engine stops and joins the thread, then closes that session, before it closes
+//!   the database.
 
-use crate::{Engine, OpenOptions, PeerError, Result, Session};
+use crate::{Durability, Engine, OpenOptions, PeerError, Result, Session};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 const SHIM_OK: c_int = 0;
 const SHIM_NOTFOUND: c_int = 1;
 const SHIM_RETRY: c_int = 2;
 const SHIM_ERRLEN: usize = 256;
+// The durability levels of `csrc/shim.h`.
+const SHIM_DURABILITY_NONE: c_int = 0;
+const SHIM_DURABILITY_SYNC: c_int = 1;
+const SHIM_DURABILITY_NOSYNC: c_int = 2;
+const SHIM_DURABILITY_PERIODIC: c_int = 3;
 
 type Sink = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
 type Visit = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *const c_void, usize) -> c_int;
@@ -25,7 +35,7 @@ type Visit = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *const c_vo
 /// One engine's shim entry points (see `csrc/shim.h`).
 struct Api {
     name: &'static str,
-    open: unsafe extern "C" fn(*const c_char, usize, c_uint, *mut *mut c_void, *mut c_char, usize) -> c_int,
+    open: unsafe extern "C" fn(*const c_char, usize, c_uint, c_int, *mut *mut c_void, *mut c_char, usize) -> c_int,
     close: unsafe extern "C" fn(*mut c_void),
     session_open: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
     session_close: unsafe extern "C" fn(*mut c_void),
@@ -37,6 +47,7 @@ struct Api {
     txn_put: unsafe extern "C" fn(*mut c_void, *const c_void, usize, *const c_void, usize) -> c_int,
     commit: unsafe extern "C" fn(*mut c_void) -> c_int,
     abort: unsafe extern "C" fn(*mut c_void),
+    sync: unsafe extern "C" fn(*mut c_void) -> c_int,
     version: unsafe extern "C" fn() -> *const c_char,
 }
 
@@ -44,12 +55,13 @@ struct Api {
 macro_rules! api {
     ($table:ident, $name:literal: $open:ident, $close:ident, $session_open:ident, $session_close:ident,
      $error:ident, $get:ident, $scan:ident, $begin:ident, $txn_get:ident, $txn_put:ident, $commit:ident,
-     $abort:ident, $version:ident) => {
+     $abort:ident, $sync:ident, $version:ident) => {
         extern "C" {
             fn $open(
                 path: *const c_char,
                 size: usize,
                 sessions: c_uint,
+                durability: c_int,
                 db: *mut *mut c_void,
                 err: *mut c_char,
                 errlen: usize,
@@ -73,6 +85,7 @@ macro_rules! api {
             fn $txn_put(s: *mut c_void, k: *const c_void, kl: usize, v: *const c_void, vl: usize) -> c_int;
             fn $commit(s: *mut c_void) -> c_int;
             fn $abort(s: *mut c_void);
+            fn $sync(s: *mut c_void) -> c_int;
             fn $version() -> *const c_char;
         }
         static $table: Api = Api {
@@ -89,41 +102,120 @@ macro_rules! api {
             txn_put: $txn_put,
             commit: $commit,
             abort: $abort,
+            sync: $sync,
             version: $version,
         };
     };
 }
 
 api!(LMDB, "lmdb": lm_open, lm_close, lm_session_open, lm_session_close, lm_error, lm_get, lm_scan, lm_begin,
-     lm_txn_get, lm_txn_put, lm_commit, lm_abort, lm_version);
+     lm_txn_get, lm_txn_put, lm_commit, lm_abort, lm_sync, lm_version);
 api!(WIREDTIGER, "wiredtiger": wt_open, wt_close, wt_session_open, wt_session_close, wt_error, wt_get, wt_scan,
-     wt_begin, wt_txn_get, wt_txn_put, wt_commit, wt_abort, wt_version);
+     wt_begin, wt_txn_get, wt_txn_put, wt_commit, wt_abort, wt_sync, wt_version);
 api!(BDB, "bdb": bdb_open, bdb_close, bdb_session_open, bdb_session_close, bdb_error, bdb_get, bdb_scan, bdb_begin,
-     bdb_txn_get, bdb_txn_put, bdb_commit, bdb_abort, bdb_version);
+     bdb_txn_get, bdb_txn_put, bdb_commit, bdb_abort, bdb_sync, bdb_version);
 api!(ROCKSDB, "rocksdb": rx_open, rx_close, rx_session_open, rx_session_close, rx_error, rx_get, rx_scan, rx_begin,
-     rx_txn_get, rx_txn_put, rx_commit, rx_abort, rx_version);
+     rx_txn_get, rx_txn_put, rx_commit, rx_abort, rx_sync, rx_version);
 
 /// A C engine, open on a directory of its own.
 pub struct ShimEngine {
     api: &'static Api,
     db: *mut c_void,
     config: String,
+    /// The periodic flusher ([`Durability::Periodic`]), stopped before `db` is closed.
+    flusher: Option<Flusher>,
     // Dropped after `db` is closed (field order does not matter: Drop closes `db` first).
     _dir: tempfile::TempDir,
 }
 
+/// A raw session handle moved to the flusher thread.
+struct SessionPtr(*mut c_void);
+
+// SAFETY: the flusher thread is the only user of this session (it was opened for it, and the
+// engine closes it only after joining the thread); the engines allow a session to be used
+// from a thread other than the one that opened it, one thread at a time.
+unsafe impl Send for SessionPtr {}
+
+impl SessionPtr {
+    fn get(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// A thread that calls the shim's `sync` on a session of its own every interval.
+struct Flusher {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    session: *mut c_void,
+}
+
+impl Flusher {
+    /// Starts flushing `db` every `every`.
+    fn start(api: &'static Api, db: *mut c_void, every: Duration) -> Result<Flusher> {
+        // SAFETY: `db` is open (the caller just opened it) and stays open until `stop`.
+        let session = unsafe { (api.session_open)(db) };
+        if session.is_null() {
+            return Err(PeerError::Failed(format!("{}: cannot open the flusher's session", api.name)));
+        }
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (signal, handle) = (stop.clone(), SessionPtr(session));
+        let spawned = std::thread::Builder::new().name(format!("{}-flush", api.name)).spawn(move || {
+            let s = handle.get();
+            let (lock, cond) = &*signal;
+            let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut reported = false;
+            loop {
+                stopped = cond.wait_timeout(stopped, every).unwrap_or_else(|p| p.into_inner()).0;
+                if *stopped {
+                    return;
+                }
+                // SAFETY: `s` is open until the engine joins this thread, and only this thread
+                // uses it.
+                let rc = unsafe { (api.sync)(s) };
+                if rc != SHIM_OK && !reported {
+                    // SAFETY: as above; the shim's error text is NUL-terminated.
+                    let message = unsafe { CStr::from_ptr((api.error)(s)) }.to_string_lossy();
+                    eprintln!("{}: periodic flush failed: {message}", api.name);
+                    reported = true;
+                }
+            }
+        });
+        match spawned {
+            Ok(thread) => Ok(Flusher { stop, thread: Some(thread), session }),
+            Err(e) => {
+                // SAFETY: the session was opened above and no thread uses it.
+                unsafe { (api.session_close)(session) };
+                Err(PeerError::Failed(format!("{}: starting the flusher thread: {e}", api.name)))
+            }
+        }
+    }
+
+    /// Stops and joins the thread, then closes its session (before the database closes).
+    fn stop(mut self, api: &Api) {
+        *self.stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // SAFETY: the only user of the session, the thread, has ended; closed once, here.
+        unsafe { (api.session_close)(self.session) };
+    }
+}
+
 // SAFETY: the database handle is only passed to the shim's open/close and session_open, which
 // the engines document as thread-safe on a shared environment/connection (see the module doc);
-// all per-thread state lives in sessions, which are not shared.
+// all per-thread state lives in sessions, which are not shared. The flusher's session is used
+// by the flusher thread alone, and closed by Drop after that thread has been joined.
 unsafe impl Send for ShimEngine {}
 // SAFETY: as above: `&ShimEngine` only opens sessions, which the engines allow concurrently.
 unsafe impl Sync for ShimEngine {}
 
 /// How each engine is configured for a run with `options`: the size argument its shim's open
 /// takes, and the description for the report.
-fn configure(api: &Api, o: OpenOptions) -> (usize, String) {
+fn configure(api: &Api, o: &OpenOptions) -> (usize, String) {
     let mib = |b: usize| b >> 20;
     let v = version(api);
+    let d = durability_settings(api.name, o.durability);
     match api.name {
         "lmdb" => {
             // The map is the cache: the data lives in it. Sized with room for half-full pages
@@ -132,8 +224,8 @@ fn configure(api: &Api, o: OpenOptions) -> (usize, String) {
             (
                 map,
                 format!(
-                    "{v}: map {} MiB, MDB_NOSYNC|MDB_NOMETASYNC (commits not flushed), MDB_NOTLS, one read txn \
-                     per operation (reset/renew), writers serialized by LMDB",
+                    "{v}: map {} MiB, {d}, MDB_NOTLS, one read txn per operation (reset/renew), writers \
+                     serialized by LMDB",
                     mib(map)
                 ),
             )
@@ -141,30 +233,62 @@ fn configure(api: &Api, o: OpenOptions) -> (usize, String) {
         "wiredtiger" => (
             o.cache_bytes,
             format!(
-                "{v}: cache {} MiB, log disabled (no durability), snapshot isolation, one transaction per \
-                 operation, reads included",
+                "{v}: cache {} MiB, {d}, snapshot isolation, one transaction per operation, reads included",
                 mib(o.cache_bytes)
             ),
         ),
         "bdb" => (
             o.cache_bytes,
             format!(
-                "{v}: btree, transactional (DB_INIT_TXN|DB_INIT_LOCK|DB_INIT_LOG), cache {} MiB, \
-                 DB_TXN_NOSYNC (commits not flushed), deadlock detection on conflict, one transaction per operation, \
-                 reads included",
+                "{v}: btree, transactional (DB_INIT_TXN|DB_INIT_LOCK|DB_INIT_LOG), cache {} MiB, {d}, deadlock \
+                 detection on conflict, one transaction per operation, reads included",
                 mib(o.cache_bytes)
             ),
         ),
         _ => (
             o.cache_bytes,
             format!(
-                "{v}: TransactionDB (pessimistic, deadlock detection), block cache {} MiB, WAL disabled \
-                 (no durability), point reads and scans outside transactions (implicit snapshot), writes in one \
-                 transaction per operation",
+                "{v}: TransactionDB (pessimistic, deadlock detection), block cache {} MiB, {d}, point reads and \
+                 scans outside transactions (implicit snapshot), writes in one transaction per operation",
                 mib(o.cache_bytes)
             ),
         ),
     }
+}
+
+/// The settings that give engine `name` durability level `d`, as the report states them.
+fn durability_settings(name: &str, d: Durability) -> String {
+    let level = d.name();
+    let how = match (name, d) {
+        ("lmdb", Durability::None) => "MDB_NOSYNC|MDB_NOMETASYNC (commits not flushed)".to_string(),
+        ("lmdb", Durability::Sync) => "no MDB_NOSYNC/MDB_NOMETASYNC (commit fdatasyncs data, then meta)".into(),
+        ("lmdb", Durability::NoSync) => "MDB_NOSYNC (commit written with pwrite, not flushed)".into(),
+        ("lmdb", Durability::Periodic(every)) => {
+            format!("MDB_NOSYNC + mdb_env_sync(force) every {every:?} from an adapter thread (LMDB has no timer)")
+        }
+        ("wiredtiger", Durability::None) => "log disabled (no durability)".into(),
+        ("wiredtiger", Durability::Sync) => "log on, transaction_sync=(enabled=true,method=fsync)".into(),
+        ("wiredtiger", Durability::NoSync) => {
+            "log on, transaction_sync=(enabled=true,method=none) (written to the OS, not flushed)".into()
+        }
+        ("wiredtiger", Durability::Periodic(every)) => format!(
+            "log on, transaction_sync=(enabled=false) + WT_SESSION::log_flush(sync=on) every {every:?} from an \
+             adapter thread (as MongoDB's journal flusher)"
+        ),
+        ("bdb", Durability::None) => "DB_TXN_NOSYNC (commits not flushed)".into(),
+        ("bdb", Durability::Sync) => "no DB_TXN_NOSYNC (commit writes and flushes the log)".into(),
+        ("bdb", Durability::NoSync) => "DB_TXN_WRITE_NOSYNC (written to the OS, not flushed)".into(),
+        ("bdb", Durability::Periodic(every)) => {
+            format!("DB_TXN_NOSYNC + DB_ENV->log_flush(NULL) every {every:?} from an adapter thread")
+        }
+        (_, Durability::None) => "WAL disabled (no durability)".into(),
+        (_, Durability::Sync) => "WAL on, WriteOptions.sync=true (fdatasync at commit)".into(),
+        (_, Durability::NoSync) => "WAL on, WriteOptions.sync=false (written to the OS, not flushed)".into(),
+        (_, Durability::Periodic(every)) => format!(
+            "WAL on, sync=false, manual_wal_flush=true + FlushWAL(sync=true) every {every:?} from an adapter thread"
+        ),
+    };
+    format!("durability {level}: {how}")
 }
 
 /// The library's own version string.
@@ -182,24 +306,33 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         "rocksdb" => &ROCKSDB,
         _ => return Err(PeerError::Failed(format!("unknown peer engine {name:?}"))),
     };
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("tern-peer-{name}-"))
-        .tempdir_in(crate::data_root())
-        .map_err(|e| PeerError::Failed(format!("{name}: creating a data directory: {e}")))?;
-    let (size, config) = configure(api, options);
-    let db = open_in(api, dir.path(), size, options.sessions)?;
-    Ok(Box::new(ShimEngine { api, db, config, _dir: dir }))
+    let dir = options.data_dir(name)?;
+    let (size, config) = configure(api, &options);
+    let db = open_in(api, dir.path(), size, options.sessions, options.durability)?;
+    let mut engine = ShimEngine { api, db, config, flusher: None, _dir: dir };
+    if let Durability::Periodic(every) = options.durability {
+        // On failure `engine` is dropped, which closes `db`.
+        engine.flusher = Some(Flusher::start(api, engine.db, every)?);
+    }
+    Ok(Box::new(engine))
 }
 
-fn open_in(api: &Api, dir: &Path, size: usize, sessions: usize) -> Result<*mut c_void> {
+fn open_in(api: &Api, dir: &Path, size: usize, sessions: usize, durability: Durability) -> Result<*mut c_void> {
     let path = CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| PeerError::Failed(format!("{}: the data directory's path contains a NUL byte", api.name)))?;
     let mut err = [0 as c_char; SHIM_ERRLEN];
     let mut db: *mut c_void = std::ptr::null_mut();
-    let sessions = c_uint::try_from(sessions.saturating_add(2)).unwrap_or(c_uint::MAX);
+    // Two spare sessions, and the flusher's.
+    let sessions = c_uint::try_from(sessions.saturating_add(3)).unwrap_or(c_uint::MAX);
+    let level = match durability {
+        Durability::None => SHIM_DURABILITY_NONE,
+        Durability::Sync => SHIM_DURABILITY_SYNC,
+        Durability::NoSync => SHIM_DURABILITY_NOSYNC,
+        Durability::Periodic(_) => SHIM_DURABILITY_PERIODIC,
+    };
     // SAFETY: `path` is a NUL-terminated string; `db` and `err` are valid for writes, and the
     // shim writes at most `err.len()` bytes (NUL included) into `err`.
-    let rc = unsafe { (api.open)(path.as_ptr(), size, sessions, &mut db, err.as_mut_ptr(), err.len()) };
+    let rc = unsafe { (api.open)(path.as_ptr(), size, sessions, level, &mut db, err.as_mut_ptr(), err.len()) };
     if rc != SHIM_OK || db.is_null() {
         // SAFETY: the shim NUL-terminates what it writes (snprintf), and `err` started zeroed.
         let message = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
@@ -210,8 +343,11 @@ fn open_in(api: &Api, dir: &Path, size: usize, sessions: usize) -> Result<*mut c
 
 impl Drop for ShimEngine {
     fn drop(&mut self) {
+        if let Some(flusher) = self.flusher.take() {
+            flusher.stop(self.api);
+        }
         // SAFETY: `db` came from a successful open and is closed once, here; no session is open
-        // (each borrows the engine, so all were dropped first).
+        // (each borrows the engine, so all were dropped first; the flusher's was closed above).
         unsafe { (self.api.close)(self.db) }
     }
 }

@@ -1,17 +1,44 @@
 //! tern, through its public `Db` API: a read is `begin_read` + `get` + commit; a write
 //! transaction is `begin` + puts + `commit`.
+//!
+//! At [`Durability::None`] the database lives in memory only (`Db::open_temporary`); at every
+//! other level it is opened with `Db::open` in a fresh directory, its log at that level.
 
-use crate::{Engine, PeerError, Result, Session};
-use tern::{Db, Error, Options, Txn};
+use crate::{Durability, Engine, OpenOptions, PeerError, Result, Session};
+use tern::{Db, Error, Options, Txn, WalConfig};
 
-/// tern, in memory (no durability yet).
+/// tern: in memory, or on disk with a write-ahead log.
 pub struct TernEngine {
+    // Dropped first: the database closes (syncing its log) before its directory goes.
     db: Db,
+    durability: Durability,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TernEngine {
+    /// tern in memory ([`Durability::None`]).
     pub fn open() -> Result<TernEngine> {
-        Ok(TernEngine { db: Db::open_temporary(Options::default()).map_err(failed)? })
+        TernEngine::open_with(&OpenOptions::default())
+    }
+
+    /// tern at `options.durability`: in memory at [`Durability::None`], else in a fresh
+    /// directory under [`OpenOptions::parent_dir`] (removed when the engine is dropped), with
+    /// the log's default file and checkpoint sizes and no checkpoint on close (the directory
+    /// is thrown away).
+    pub fn open_with(options: &OpenOptions) -> Result<TernEngine> {
+        let durability = match options.durability {
+            Durability::None => {
+                let db = Db::open_temporary(Options::default()).map_err(failed)?;
+                return Ok(TernEngine { db, durability: Durability::None, dir: None });
+            }
+            Durability::Sync => tern::Durability::Sync,
+            Durability::NoSync => tern::Durability::NoSync,
+            Durability::Periodic(every) => tern::Durability::Periodic(every),
+        };
+        let dir = options.data_dir("tern")?;
+        let wal = WalConfig { durability, checkpoint_on_close: false, ..WalConfig::default() };
+        let db = Db::open(dir.path(), Options { wal, ..Options::default() }).map_err(failed)?;
+        Ok(TernEngine { db, durability: options.durability, dir: Some(dir) })
     }
 
     /// The database, for checks.
@@ -34,15 +61,40 @@ impl Engine for TernEngine {
 
     fn config(&self) -> String {
         let o = self.db.options();
+        let storage = match (self.durability, &self.dir) {
+            (Durability::None, _) | (_, None) => "in memory (Db::open_temporary, no log)".to_string(),
+            (level, Some(dir)) => {
+                let how = match level {
+                    Durability::Sync => "Durability::Sync (commit written and fdatasync'ed; group commit)".into(),
+                    Durability::NoSync => "Durability::NoSync (commit written to the OS, not synced)".into(),
+                    Durability::Periodic(every) => format!(
+                        "Durability::Periodic({every:?}) (commit returns at once; log written and synced every \
+                         interval)"
+                    ),
+                    Durability::None => unreachable!("matched above"),
+                };
+                format!(
+                    "log {how}, Db::open in {}, {} MiB log files, checkpoint every {} MiB of log",
+                    dir.path().display(),
+                    o.wal.file_bytes >> 20,
+                    o.wal.checkpoint_bytes >> 20
+                )
+            }
+        };
         format!(
-            "tern {}: in memory (no durability yet), {} KiB pages, snapshot isolation, one transaction per operation",
+            "tern {}: {} KiB pages, durability {}: {storage}, snapshot isolation, one transaction per operation",
             env!("CARGO_PKG_VERSION"),
-            o.tree.page_size / 1024
+            o.tree.page_size / 1024,
+            self.durability.name()
         )
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
         Ok(Box::new(TernSession { db: &self.db, txn: None }))
+    }
+
+    fn wal_stats(&self) -> Option<tern::wal::WalStats> {
+        self.db.stats().wal
     }
 }
 

@@ -12,7 +12,8 @@ fn value(i: u32) -> Vec<u8> {
 }
 
 fn engine(name: &str) -> Box<dyn Engine> {
-    open(name, OpenOptions { cache_bytes: 64 << 20, sessions: 4 }).unwrap_or_else(|e| panic!("{name}: {e}"))
+    open(name, OpenOptions { cache_bytes: 64 << 20, sessions: 4, ..OpenOptions::default() })
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]
@@ -104,10 +105,66 @@ fn concurrent_increments_are_not_lost_on_any_engine() {
 
 #[test]
 fn unknown_engines_are_named_in_the_error() {
-    let err = open("leveldb", OpenOptions { cache_bytes: 1 << 20, sessions: 1 }).err().unwrap();
+    let err =
+        open("leveldb", OpenOptions { cache_bytes: 1 << 20, sessions: 1, ..OpenOptions::default() }).err().unwrap();
     assert!(err.to_string().contains("unknown engine"), "{err}");
     if !cfg!(feature = "peers") {
-        let err = open("lmdb", OpenOptions { cache_bytes: 1 << 20, sessions: 1 }).err().unwrap();
+        let err =
+            open("lmdb", OpenOptions { cache_bytes: 1 << 20, sessions: 1, ..OpenOptions::default() }).err().unwrap();
         assert!(err.to_string().contains("--features peers"), "{err}");
     }
+}
+
+#[test]
+fn every_engine_opens_at_every_durability_level_on_disk() {
+    use std::time::Duration;
+    use tern_peers::Durability;
+    let parent = tempfile::tempdir().unwrap();
+    for name in available() {
+        for level in [Durability::Sync, Durability::NoSync, Durability::Periodic(Duration::from_millis(5))] {
+            let options = OpenOptions {
+                cache_bytes: 64 << 20,
+                sessions: 2,
+                durability: level,
+                dir: Some(parent.path().to_path_buf()),
+            };
+            let e = open(name, options).unwrap_or_else(|err| panic!("{name} at {level:?}: {err}"));
+            let config = e.config();
+            assert!(config.contains(&format!("durability {}:", level.name())), "{name}: {config}");
+            // The data directory is made in the one asked for.
+            let entries: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+            assert_eq!(entries.len(), 1, "{name}: one data directory under --dir");
+            let mut s = e.session().unwrap();
+            let items: Vec<(Vec<u8>, Vec<u8>)> = (0..200).map(|i| (key(i), value(i))).collect();
+            load(&mut *s, &items).unwrap();
+            for i in 0..50 {
+                put(&mut *s, &key(i), b"updated").unwrap();
+            }
+            if let Durability::Periodic(_) = level {
+                std::thread::sleep(Duration::from_millis(20)); // a few flushes of the adapter's thread
+            }
+            let mut out = Vec::new();
+            assert!(s.get(&key(10), &mut out).unwrap() && out == b"updated", "{name} at {level:?}");
+            assert!(s.get(&key(100), &mut out).unwrap() && out == value(100), "{name} at {level:?}");
+            if name == "tern" {
+                let wal = e.wal_stats().expect("tern on disk has a log");
+                assert!(wal.records >= 51, "{wal:?}");
+                if level == Durability::Sync {
+                    assert!(wal.syncs >= 51, "each lone commit is synced: {wal:?}");
+                }
+            } else {
+                assert!(e.wal_stats().is_none(), "{name}");
+            }
+            drop(s);
+            drop(e);
+            assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0, "{name}: the data directory is removed");
+        }
+    }
+}
+
+#[test]
+fn durability_none_keeps_tern_in_memory() {
+    let e = engine("tern");
+    assert!(e.wal_stats().is_none());
+    assert!(e.config().contains("durability none: in memory"), "{}", e.config());
 }

@@ -9,6 +9,10 @@
 //! per operation type and, where the kernel allows, hardware counters per operation
 //! ([`super::counters`]). Any engine error stops that engine's thread and fails the command
 //! after printing what was measured: a benchmark that loses a write must not report a rate.
+//!
+//! Every engine of a run commits at the same durability level (`--durability`, see
+//! [`tern_peers::Durability`]); for tern with a log, each measurement also reports what the
+//! log did during it (flushes, syncs, group sizes: [`wal_figures`]).
 
 use super::counters;
 use super::harness::{self, run_threads, run_threads_to_completion, Control, Sample, ThreadResult};
@@ -20,10 +24,27 @@ use crossbeam_utils::CachePadded;
 use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-use tern_peers::{Engine, OpenOptions, Session};
+use tern::wal::{WalStats, GROUP_BUCKETS};
+use tern_peers::{Durability, Engine, OpenOptions, Session};
+
+/// `--durability`: when a commit returns, the same level on every engine.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurabilityArg {
+    /// As before tern had a log: tern in memory, no peer flushes (data on tmpfs).
+    None,
+    /// Each commit written and flushed to stable storage before it returns.
+    Sync,
+    /// Each commit written to the operating system before it returns, not flushed.
+    Nosync,
+    /// Commits return at once; the log is written and flushed every --periodic-ms.
+    Periodic,
+}
+
+/// `--periodic-ms` when not given.
+const DEFAULT_PERIODIC_MS: u64 = 10;
 
 /// Options shared by `tern bench ycsb`, `tpcb` and `compare`.
 #[derive(Args, Clone, Debug)]
@@ -82,6 +103,20 @@ pub struct DriverArgs {
     /// Write a throughput chart (per engine, against threads) to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Durability of every commit, on every engine: none (tern in memory, no engine flushes:
+    /// the results before tern had a log), sync (flushed before the commit returns), nosync
+    /// (written to the OS, not flushed), periodic (flushed every --periodic-ms). Each engine's
+    /// configuration line names its settings.
+    #[arg(long, value_enum, default_value = "none", value_name = "LEVEL")]
+    pub durability: DurabilityArg,
+    /// Flush interval of --durability periodic, in milliseconds [default: 10].
+    #[arg(long, value_name = "MS")]
+    pub periodic_ms: Option<u64>,
+    /// Directory the engines' data directories are created in (each removed afterwards)
+    /// [default: --durability none: /dev/shm (tmpfs); otherwise the system's temporary
+    /// directory, which must be on the disk to be measured].
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
     /// Print one JSON object per result on stdout (JSON Lines); the tables go to stderr.
     #[arg(long)]
     pub json: bool,
@@ -117,7 +152,41 @@ impl DriverArgs {
         if self.load_threads.is_some_and(|t| t == 0 || t > 1024) {
             return Err("--load-threads must be in 1..=1024".into());
         }
+        if let Some(ms) = self.periodic_ms {
+            if self.durability != DurabilityArg::Periodic {
+                return Err("--periodic-ms applies to --durability periodic only".into());
+            }
+            if !(1..=60_000).contains(&ms) {
+                return Err(format!("--periodic-ms must be in 1..=60000, got {ms}"));
+            }
+        }
+        if let Some(dir) = &self.dir {
+            check_dir(dir)?;
+        }
         Ok(())
+    }
+
+    /// The durability level asked for.
+    pub fn durability(&self) -> Durability {
+        match self.durability {
+            DurabilityArg::None => Durability::None,
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Nosync => Durability::NoSync,
+            DurabilityArg::Periodic => {
+                Durability::Periodic(Duration::from_millis(self.periodic_ms.unwrap_or(DEFAULT_PERIODIC_MS)))
+            }
+        }
+    }
+
+    /// The parameters that name the durability in each record: `durability`, and
+    /// `periodic_ms` for the periodic level.
+    fn durability_params(&self) -> Vec<(&'static str, Value)> {
+        let d = self.durability();
+        let mut params = vec![("durability", json!(d.name()))];
+        if let Durability::Periodic(every) = d {
+            params.push(("periodic_ms", json!(every.as_millis() as u64)));
+        }
+        params
     }
 
     /// The engines asked for, or `default`; each checked against this build.
@@ -193,16 +262,24 @@ pub trait Job: Sync {
     fn check(&self, engine: &EngineState) -> Result<Option<String>, String>;
 }
 
-/// Opens each engine with a cache sized to hold `job`'s data.
+/// `--dir`: an existing directory, or one that can be created.
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("--dir {}: not a directory", dir.display()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("--dir {}: {e}", dir.display()))
+}
+
+/// Opens each engine with a cache sized to hold `job`'s data, at the durability asked for.
 pub fn open_engines(names: &[String], args: &DriverArgs, job: &dyn Job) -> Result<Vec<EngineState>, String> {
     let sessions = args.threads.iter().copied().max().unwrap_or(1).max(args.load_threads()) + 2;
     // Twice the raw data, for page slack and indexes, and at least 64 MiB.
     let cache_bytes = (job.data_bytes().saturating_mul(2) as usize).max(64 << 20);
+    let options = OpenOptions { cache_bytes, sessions, durability: args.durability(), dir: args.dir.clone() };
     names
         .iter()
         .map(|name| {
-            let engine = tern_peers::open(name, OpenOptions { cache_bytes, sessions })
-                .map_err(|e| format!("opening {name}: {e}"))?;
+            let engine = tern_peers::open(name, options.clone()).map_err(|e| format!("opening {name}: {e}"))?;
             Ok(EngineState {
                 name: name.clone(),
                 engine,
@@ -247,7 +324,7 @@ pub fn load(engines: &[EngineState], job: &dyn Job, args: &DriverArgs) -> Result
             return Err(format!("{}: loading {}: {m}", e.name, job.workload()));
         }
         let Some(sample) = sample else { break };
-        records.push(phase_record(job, e, "load", threads, &sample));
+        records.push(phase_record(job, e, "load", threads, &sample, args.durability_params()));
     }
     Ok(records)
 }
@@ -275,11 +352,18 @@ fn load_range(
     Ok(start - range.start)
 }
 
-fn phase_record(job: &dyn Job, e: &EngineState, phase: &str, threads: usize, s: &Sample) -> Record {
+fn phase_record(
+    job: &dyn Job,
+    e: &EngineState,
+    phase: &str,
+    threads: usize,
+    s: &Sample,
+    durability: Vec<(&'static str, Value)>,
+) -> Record {
     let mut params = serde_json::Map::new();
     params.insert("workload".into(), json!(job.workload()));
     params.insert("phase".into(), json!(phase));
-    for (k, v) in job.params() {
+    for (k, v) in job.params().into_iter().chain(durability) {
         params.insert(k.into(), v);
     }
     let mut extra = serde_json::Map::new();
@@ -328,10 +412,77 @@ fn measure(
             ThreadResult::new(0, None)
         })
     };
-    match args.operations {
+    let before = e.engine.wal_stats();
+    let mut sample = match args.operations {
         Some(_) => run_threads_to_completion(threads, body),
         None => run_threads(threads, Duration::from_secs_f64(args.duration), body),
+    }?;
+    let commits: u64 = sample.by_op.iter().filter(|o| WRITE_OPS.contains(&o.name)).map(|o| o.ops).sum();
+    sample.extra.insert("commits_per_sec".into(), runner::round3(commits as f64 / sample.secs.max(1e-9)));
+    if let (Some(before), Some(after)) = (before, e.engine.wal_stats()) {
+        sample.extra.extend(wal_figures(&before, &after, sample.secs));
     }
+    Some(sample)
+}
+
+/// Operation types that commit a write transaction (`commits_per_sec` counts them).
+const WRITE_OPS: [&str; 4] = ["update", "insert", "rmw", "txn"];
+
+/// The largest group size bucket `i` of [`WalStats::group_sizes`] holds (the last is open).
+fn bucket_top(i: usize) -> u64 {
+    if i + 1 < GROUP_BUCKETS {
+        1 << i
+    } else {
+        u64::MAX
+    }
+}
+
+/// The label of group size bucket `i`: `1`, `2`, `3-4`, ..., `129+`.
+pub fn bucket_label(i: usize) -> String {
+    match i {
+        0 => "1".into(),
+        1 => "2".into(),
+        _ if i + 1 == GROUP_BUCKETS => format!("{}+", (1u64 << (i - 1)) + 1),
+        _ => format!("{}-{}", (1u64 << (i - 1)) + 1, 1u64 << i),
+    }
+}
+
+/// What the log did between two snapshots of its counters `secs` apart: `wal_records`
+/// (commits logged), `wal_flushes` (writes, one per group), `wal_syncs` (`fdatasync`s),
+/// `syncs_per_sec`, `commits_per_sync`, `commits_per_flush`, `group_sizes` (flushes per group
+/// size bucket: 1, 2, 3-4, ..., 65-128, 129+), `group_median` (the median group's bucket's upper
+/// bound, as [`WalStats::group_median`]) and `group_max`. The log keeps only its all-time
+/// largest group: `group_max` is exact when this interval raised it (`group_max_exact`), and
+/// otherwise the least of that all-time largest and the top of the highest bucket used.
+pub fn wal_figures(before: &WalStats, after: &WalStats, secs: f64) -> serde_json::Map<String, Value> {
+    let records = after.records.saturating_sub(before.records);
+    let written = after.records_written.saturating_sub(before.records_written);
+    let flushes = after.flushes.saturating_sub(before.flushes);
+    let syncs = after.syncs.saturating_sub(before.syncs);
+    let groups: [u64; GROUP_BUCKETS] =
+        std::array::from_fn(|i| after.group_sizes[i].saturating_sub(before.group_sizes[i]));
+    let median = WalStats { group_sizes: groups, ..WalStats::default() }.group_median();
+    let (max, exact) = if after.max_group > before.max_group {
+        (after.max_group, true)
+    } else {
+        match groups.iter().rposition(|&n| n > 0) {
+            None => (0, true),
+            Some(i) => (before.max_group.min(bucket_top(i)), i == 0),
+        }
+    };
+    let per = |a: u64, b: u64| if b == 0 { Value::Null } else { runner::round3(a as f64 / b as f64) };
+    let mut m = serde_json::Map::new();
+    m.insert("wal_records".into(), json!(records));
+    m.insert("wal_flushes".into(), json!(flushes));
+    m.insert("wal_syncs".into(), json!(syncs));
+    m.insert("syncs_per_sec".into(), runner::round3(syncs as f64 / secs.max(1e-9)));
+    m.insert("commits_per_sync".into(), per(written, syncs));
+    m.insert("commits_per_flush".into(), per(written, flushes));
+    m.insert("group_median".into(), json!(median));
+    m.insert("group_max".into(), json!(max));
+    m.insert("group_max_exact".into(), json!(exact));
+    m.insert("group_sizes".into(), json!(groups));
+    m
 }
 
 /// Runs `jobs` on `engine_names`: opens each engine and loads it once (with the first job's
@@ -360,6 +511,7 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
                 .collect();
             let mut params = vec![("workload", json!(job.workload())), ("phase", json!("run"))];
             params.extend(job.params());
+            params.extend(args.durability_params());
             let baseline = engine_names.iter().any(|n| n == "tern").then(|| "tern".to_string());
             cases.push(Case { params, threads: t, variants, baseline });
         }
@@ -369,7 +521,8 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             r.extra.insert("engine".into(), json!(r.variant));
         }
         let mut notes = vec![format!("  {}", job.describe())];
-        notes.extend(engine_notes(&engines));
+        notes.extend(engine_notes(&engines, args));
+        notes.extend(commit_table(&records, args.durability()));
         notes.extend(latency_table(&records, args.sample_every));
         let mut checks = Vec::new();
         for e in &engines {
@@ -427,17 +580,98 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
     Ok(())
 }
 
-/// Each engine's configuration, the durability every engine ran with, and the counters.
-fn engine_notes(engines: &[EngineState]) -> Vec<String> {
-    let mut notes = vec!["\nengines (same durability everywhere: no commit is flushed to stable storage):".into()];
+/// Each engine's configuration, the durability every engine ran with, where the data lived,
+/// and the counters.
+fn engine_notes(engines: &[EngineState], args: &DriverArgs) -> Vec<String> {
+    let durability = args.durability();
+    let mut notes = vec![format!("\nengines (same durability everywhere: {}):", durability.describe())];
     for e in engines {
         notes.push(format!("  {:<10} {}", e.name, e.engine.config()));
+    }
+    let options = OpenOptions { durability, dir: args.dir.clone(), ..OpenOptions::default() };
+    let on_disk = engines.iter().any(|e| e.name != "tern") || durability != Durability::None;
+    if on_disk {
+        let parent = options.parent_dir();
+        let (device, fs) = mount_of(&parent).unwrap_or_else(|| ("?".into(), "?".into()));
+        let mut line = format!("data directories under {} (on {device}, {fs})", parent.display());
+        if fs == "tmpfs" && durability != Durability::None {
+            line.push_str(": WARNING: a flush to tmpfs costs nothing, so this measures no disk");
+        }
+        notes.push(line);
     }
     notes.push(match counters::availability() {
         Ok(events) => format!("hardware counters: {} (per operation, in the JSON lines)", events.join(", ")),
         Err(why) => format!("hardware counters: unavailable ({why})"),
     });
     notes
+}
+
+/// The device and file system type `path` is on, from `/proc/self/mounts` (the longest mount
+/// point that contains it).
+fn mount_of(path: &Path) -> Option<(String, String)> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut best: Option<(usize, String, String)> = None;
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(device), Some(point), Some(fs)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        // Mount points escape spaces as \040.
+        let point = point.replace("\\040", " ");
+        if path.starts_with(&point) && best.as_ref().is_none_or(|(len, ..)| point.len() >= *len) {
+            best = Some((point.len(), device.to_string(), fs.to_string()));
+        }
+    }
+    best.map(|(_, device, fs)| (device, fs))
+}
+
+/// Commits per second on every engine and, for tern with a log, how its commits were
+/// grouped: one line per record (only when commits are durable at some level).
+fn commit_table(records: &[Record], durability: Durability) -> Vec<String> {
+    if durability == Durability::None || records.iter().all(|r| !r.extra.contains_key("commits_per_sec")) {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        format!(
+            "\ncommits (durability {}): commits/s = write transactions committed per second (median round); \
+             tern's log: fdatasyncs per second, commits per sync, records per flush (group size: the median's \
+             bucket, the largest) and flushes per group size",
+            durability.name()
+        ),
+        format!(
+            "  {:<10} {:>7}  {:>10}  {:>8}  {:>12}  {:>12}  {:>9}  group sizes (records: flushes)",
+            "engine", "threads", "commits/s", "syncs/s", "commits/sync", "group median", "group max"
+        ),
+    ];
+    for r in records {
+        let f = |k: &str| r.extra.get(k).and_then(Value::as_f64);
+        let commits = f("commits_per_sec").map_or("-".into(), si);
+        let mut line = format!("  {:<10} {:>7}  {commits:>10}", r.variant, r.threads);
+        if r.extra.contains_key("wal_syncs") {
+            let syncs = f("syncs_per_sec").map_or("-".into(), si);
+            let per_sync = f("commits_per_sync").map_or("-".into(), |x| format!("{x:.2}"));
+            // `group_median` is the median bucket's upper bound (a power of two): show the bucket.
+            let median = r.extra.get("group_median").and_then(Value::as_u64).map_or("-".into(), |x| match x {
+                0 => "-".into(),
+                x => bucket_label((x.trailing_zeros() as usize).min(GROUP_BUCKETS - 1)),
+            });
+            let exact = r.extra.get("group_max_exact").and_then(Value::as_bool).unwrap_or(true);
+            let max = f("group_max").map_or("-".into(), |x| format!("{}{x}", if exact { "" } else { "<= " }));
+            let groups: Vec<String> = r
+                .extra
+                .get("group_sizes")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .enumerate()
+                        .filter_map(|(i, n)| n.as_u64().filter(|&n| n > 0).map(|n| format!("{}: {n}", bucket_label(i))))
+                        .collect()
+                })
+                .unwrap_or_default();
+            line.push_str(&format!("  {syncs:>8}  {per_sync:>12}  {median:>12}  {max:>9}  {}", groups.join(", ")));
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    lines
 }
 
 /// Per-operation-type latencies and retries: one line per record.

@@ -12,6 +12,7 @@ pub mod harness;
 pub mod latch;
 pub mod lock;
 pub mod plot;
+pub mod recovery;
 pub mod report;
 pub mod runner;
 pub mod search;
@@ -102,6 +103,7 @@ pub enum Which {
     Ycsb(ycsb::YcsbArgs),
     Tpcb(tpcb::TpcbArgs),
     Compare(compare::CompareArgs),
+    Recovery(recovery::RecoveryArgs),
 }
 
 /// Runs the named benchmark, or the default suite.
@@ -116,6 +118,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Ycsb(args)) => ycsb::run(&args),
         Some(Which::Tpcb(args)) => tpcb::run(&args),
         Some(Which::Compare(args)) => compare::run(&args),
+        Some(Which::Recovery(args)) => recovery::run(&args),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;
     if harness::interrupted() {

@@ -26,8 +26,13 @@ engine is loaded once (--records records of --key-size-byte keys and --value-siz
 in write transactions of 1000 records, in random key order); the workloads then run in the
 order given on the same data. Every point (workload, thread count) runs each engine once per
 round, interleaved; medians are reported, with each engine's ratio to tern. Each operation is
-one transaction; no engine flushes commits to stable storage (tern keeps nothing on disk yet),
-so all run at the same durability. --workload-file reads a YCSB property file instead.";
+one transaction. --workload-file reads a YCSB property file instead.
+
+Every engine commits at the same --durability: none (the default: tern in memory, no engine
+flushes, data on tmpfs), sync (each commit flushed to stable storage before it returns),
+nosync (written to the OS, not flushed) or periodic (flushed every --periodic-ms). At a durable
+level the data directories are made under --dir (default: the system's temporary directory) and
+the report adds commits per second and, for tern, the log's syncs and group commit sizes.";
 
 /// Options of `tern bench ycsb`.
 #[derive(clap::Args, Clone, Debug)]
