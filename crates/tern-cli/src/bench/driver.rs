@@ -370,23 +370,10 @@ fn phase_record(
     extra.insert("engine".into(), json!(e.name));
     extra.insert("fairness".into(), runner::round3(s.fairness()));
     Record {
-        bench: job.bench(),
-        variant: e.name.clone(),
-        threads,
-        params,
-        ops: s.ops(),
-        secs: s.secs,
         ops_per_sec: s.ops_per_sec(),
         min_ops_per_sec: s.ops_per_sec(),
         max_ops_per_sec: s.ops_per_sec(),
-        rounds: 1,
-        p50_ns: None,
-        p99_ns: None,
-        p999_ns: None,
-        baseline: None,
-        vs_baseline: None,
-        vs_1_thread: None,
-        extra,
+        ..Record::single(job.bench(), e.name.clone(), threads, params, s.ops(), s.secs, extra)
     }
 }
 

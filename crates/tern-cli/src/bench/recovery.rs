@@ -332,26 +332,7 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
     write_extra.insert("mb_per_sec".into(), round3(mb(w.log_bytes, w.secs)));
     write_extra.insert("durability".into(), json!("nosync"));
     write_extra.insert("fairness".into(), json!(1.0));
-    let write_rate = w.commits as f64 / w.secs.max(1e-9);
-    let write = Record {
-        bench: "recovery",
-        variant: "tern".into(),
-        threads: 1,
-        params: params("write"),
-        ops: w.commits,
-        secs: w.secs,
-        ops_per_sec: write_rate,
-        min_ops_per_sec: write_rate,
-        max_ops_per_sec: write_rate,
-        rounds: 1,
-        p50_ns: None,
-        p99_ns: None,
-        p999_ns: None,
-        baseline: None,
-        vs_baseline: None,
-        vs_1_thread: None,
-        extra: write_extra,
-    };
+    let write = Record::single("recovery", "tern".into(), 1, params("write"), w.commits, w.secs, write_extra);
     // The median replay by recovery's own time.
     let mut order: Vec<&Replay> = replays.iter().collect();
     order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
@@ -370,23 +351,11 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
     extra.insert("torn_tail".into(), json!(mid.torn_tail));
     extra.insert("fairness".into(), json!(1.0));
     let replay = Record {
-        bench: "recovery",
-        variant: "tern".into(),
-        threads: 1,
-        params: params("replay"),
-        ops: mid.records,
-        secs: mid.secs,
         ops_per_sec: rate,
         min_ops_per_sec: min_rate,
         max_ops_per_sec: max_rate,
         rounds: replays.len(),
-        p50_ns: None,
-        p99_ns: None,
-        p999_ns: None,
-        baseline: None,
-        vs_baseline: None,
-        vs_1_thread: None,
-        extra,
+        ..Record::single("recovery", "tern".into(), 1, params("replay"), mid.records, mid.secs, extra)
     };
     let mut notes = vec![
         format!(
@@ -395,7 +364,7 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
             w.log_bytes >> 20,
             w.log_files,
             w.secs,
-            si(write_rate),
+            si(write.ops_per_sec),
             mb(w.log_bytes, w.secs)
         ),
         "replay (MB = 10^6 bytes; recovery's own clock, and the wall time of Db::open):".into(),

@@ -45,6 +45,41 @@ pub struct Record {
     pub extra: Map<String, Value>,
 }
 
+impl Record {
+    /// One round's measurement: `ops` in `secs`, no latencies, no comparisons (set the other
+    /// fields with struct-update syntax where a benchmark has them).
+    pub fn single(
+        bench: &'static str,
+        variant: String,
+        threads: usize,
+        params: Map<String, Value>,
+        ops: u64,
+        secs: f64,
+        extra: Map<String, Value>,
+    ) -> Record {
+        let rate = ops as f64 / secs.max(1e-9);
+        Record {
+            bench,
+            variant,
+            threads,
+            params,
+            ops,
+            secs,
+            ops_per_sec: rate,
+            min_ops_per_sec: rate,
+            max_ops_per_sec: rate,
+            rounds: 1,
+            p50_ns: None,
+            p99_ns: None,
+            p999_ns: None,
+            baseline: None,
+            vs_baseline: None,
+            vs_1_thread: None,
+            extra,
+        }
+    }
+}
+
 /// Prints records as JSON Lines on stdout, the table on stderr; or only the table on stdout.
 pub fn emit(records: &[Record], json: bool, title: &str, notes: &[String]) {
     let table = render_table(records, title, notes);
