@@ -493,14 +493,13 @@ impl DbInner {
 
     fn checkpoint(&self) -> Result<Option<CheckpointInfo>> {
         let Some(d) = &self.durable else { return Ok(None) };
-        let started = Instant::now();
         let result = self.write_checkpoint(d);
         let mut stats = d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner());
         match &result {
             Ok(Some(info)) => {
                 stats.written += 1;
                 stats.bytes += info.bytes;
-                stats.last_millis = started.elapsed().as_millis() as u64;
+                stats.last_millis = info.millis;
                 note(
                     &d.dir,
                     &format!(

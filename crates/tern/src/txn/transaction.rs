@@ -396,17 +396,14 @@ impl<'db> Txn<'db> {
             Some(d) if lsn > 0 => {
                 // Visible already (its locks are released too: a transaction that reads or
                 // overwrites it logs after it, see `wal`), acknowledged once durable.
-                let durability = match self.durability {
-                    DEFAULT => db.options.wal.durability,
-                    SYNC => Durability::Sync,
-                    NO_SYNC => Durability::NoSync,
-                    _ => Durability::Periodic(std::time::Duration::ZERO),
+                // Wait for the record synced (`Some(true)`), written (`Some(false)`), or not
+                // at all (periodic).
+                let sync = match (self.durability, db.options.wal.durability) {
+                    (SYNC, _) | (DEFAULT, Durability::Sync) => Some(true),
+                    (NO_SYNC, _) | (DEFAULT, Durability::NoSync) => Some(false),
+                    _ => None,
                 };
-                let waited = match durability {
-                    Durability::Sync => d.wal.wait(lsn, true),
-                    Durability::NoSync => d.wal.wait(lsn, false),
-                    Durability::Periodic(_) => Ok(()),
-                };
+                let waited = sync.map_or(Ok(()), |sync| d.wal.wait(lsn, sync));
                 if d.wal.checkpoint_due() {
                     db.ask_checkpoint();
                 }
