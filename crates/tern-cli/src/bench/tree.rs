@@ -29,8 +29,40 @@ and values inline: BTreeMap's best case; only for 16-byte keys and 100-byte valu
 Inserts (--op insert): each run inserts --insert-keys new keys in random order into an empty
 tree, the threads splitting the work; std-btreemap only single-threaded.
 
-Variants of one point run interleaved, once per round; vs base is against sorted at prefetch 0.
-ns_per_op is one thread's time per operation.";
+The slot-array layouts (sorted, branchfree) run with and without the node hint array (--hints):
+a variant named LAYOUT+hints keeps 16 samples of each node's slot heads and binary-searches only
+the slots between two samples. Node memory is advised for transparent huge pages unless
+--huge-pages off (variants named +nohuge). Variants of one point run interleaved, once per round; vs base
+is against sorted at prefetch 0 without hints. ns_per_op is one thread's time per operation.";
+
+/// A switch measured on and off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+/// One tree configuration measured (besides page size and prefetch depth).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    layout: Layout,
+    hints: bool,
+    huge_pages: bool,
+}
+
+impl Shape {
+    fn config(self, page_size: usize, prefetch: u8) -> TreeConfig {
+        TreeConfig { page_size, layout: self.layout, prefetch, hints: self.hints, huge_pages: self.huge_pages }
+    }
+
+    /// The variant's name: the layout, `+hints` when nodes keep hints, `+nohuge` without
+    /// transparent huge pages.
+    fn name(self) -> String {
+        let hints = if self.hints { "+hints" } else { "" };
+        let huge = if self.huge_pages { "" } else { "+nohuge" };
+        format!("{}{hints}{huge}", self.layout)
+    }
+}
 
 /// Which operations to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -54,6 +86,12 @@ pub struct TreeArgs {
     /// Node-search layouts.
     #[arg(long, value_delimiter = ',', default_value = "sorted,branchfree,eytzinger,btree", value_name = "LAYOUT,...")]
     pub layout: Vec<Layout>,
+    /// Node hint arrays, for the slot-array layouts (sorted, branchfree).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on,off")]
+    pub hints: Vec<Switch>,
+    /// Node memory advised for transparent huge pages.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    pub huge_pages: Vec<Switch>,
     /// Software-prefetch depths.
     #[arg(long, value_delimiter = ',', default_value = "0,1,2", value_name = "D,...")]
     pub prefetch: Vec<u8>,
@@ -111,6 +149,26 @@ impl TreeArgs {
         Ok(())
     }
 
+    /// Each layout with each hint and huge-page setting measured (hints only for slot-array
+    /// layouts).
+    fn shapes(&self) -> Vec<Shape> {
+        let mut v = Vec::new();
+        for &layout in &self.layout {
+            let slot_array = matches!(layout, Layout::Sorted | Layout::BranchFree);
+            let mut hints: Vec<bool> =
+                self.hints.iter().map(|&h| h == Switch::On).filter(|&h| slot_array || !h).collect();
+            if hints.is_empty() {
+                hints.push(false);
+            }
+            for &hints in &hints {
+                for &huge in &self.huge_pages {
+                    v.push(Shape { layout, hints, huge_pages: huge == Switch::On });
+                }
+            }
+        }
+        v
+    }
+
     fn fixed_reference(&self) -> bool {
         !self.no_reference && self.key_size == 16 && self.value_size == 100
     }
@@ -134,7 +192,7 @@ type BoxedMap = BTreeMap<Box<[u8]>, Box<[u8]>>;
 /// The data structures measured at one key count.
 struct Loaded {
     n: u64,
-    trees: Vec<(usize, Layout, BTree)>,
+    trees: Vec<(usize, String, BTree)>,
     boxed: Option<BoxedMap>,
     fixed: Option<BTreeMap<[u8; 16], [u8; 100]>>,
 }
@@ -152,10 +210,11 @@ fn load(args: &TreeArgs, n: u64) -> Loaded {
     };
     let mut trees = Vec::new();
     for &page_size in &args.page_size {
-        for &layout in &args.layout {
-            progress.set_message(format!("tree: bulk-loading {n} keys, {layout}, {page_size}-byte pages"));
-            let config = TreeConfig { page_size, layout, prefetch: 0 };
-            trees.push((page_size, layout, BTree::bulk_load(config, sorted()).expect("generated keys are valid")));
+        for shape in args.shapes() {
+            let name = shape.name();
+            progress.set_message(format!("tree: bulk-loading {n} keys, {name}, {page_size}-byte pages"));
+            let tree = BTree::bulk_load(shape.config(page_size, 0), sorted()).expect("generated keys are valid");
+            trees.push((page_size, name, tree));
         }
     }
     let boxed = (!args.no_reference).then(|| {
@@ -219,7 +278,7 @@ fn lookup_variants<'a>(
     threads: usize,
 ) -> Vec<(String, RunFn<'a>)> {
     let mut v: Vec<(String, RunFn<'a>)> = Vec::new();
-    for (ps, layout, tree) in &data.trees {
+    for (ps, name, tree) in &data.trees {
         if *ps != page_size {
             continue;
         }
@@ -228,7 +287,7 @@ fn lookup_variants<'a>(
                 tree.set_prefetch(depth).expect("validated depth");
                 measure_lookups(args, threads, dist, data.n, |k, out| tree.get_into(k, out).expect("valid key"))
             });
-            v.push((format!("{layout}-p{depth}"), run));
+            v.push((format!("{name}-p{depth}"), run));
         }
     }
     if let Some(map) = &data.boxed {
@@ -284,14 +343,14 @@ fn measure_inserts(args: &TreeArgs, threads: usize, insert: impl Fn(&[u8], &[u8]
 fn insert_variants<'a>(args: &'a TreeArgs, page_size: usize, threads: usize) -> Vec<(String, RunFn<'a>)> {
     let mut v: Vec<(String, RunFn<'a>)> = Vec::new();
     let depth = TreeConfig::DEFAULT.prefetch;
-    for &layout in &args.layout {
+    for shape in args.shapes() {
         let run: RunFn<'a> = Box::new(move || {
-            let tree = BTree::new(TreeConfig { page_size, layout, prefetch: depth }).expect("validated");
+            let tree = BTree::new(shape.config(page_size, depth)).expect("validated");
             measure_inserts(args, threads, |k, val| {
                 tree.upsert(k, val).expect("valid key");
             })
         });
-        v.push((format!("{layout}-p{depth}"), run));
+        v.push((format!("{}-p{depth}", shape.name()), run));
     }
     if !args.no_reference && threads == 1 {
         let run: RunFn<'a> = Box::new(move || {

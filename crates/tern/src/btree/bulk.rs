@@ -130,7 +130,7 @@ impl BTree {
         let guard = crossbeam_epoch::pin();
         let (pid, node) = self.pages.alloc(&guard);
         let spec = NodeSpec { leaf, level, lower: lower.as_deref(), upper, upper_child };
-        node::build(&node.page, &spec, entries, self.layout);
+        node::build(&node.page, &spec, entries, self.layout, self.hints);
         Built { pid, lower }
     }
 

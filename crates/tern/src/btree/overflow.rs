@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn chains_roundtrip_and_free() {
-        let pages = PageTable::new(4096);
+        let pages = PageTable::new(4096, false);
         let guard = crossbeam_epoch::pin();
         for len in [1, 4087, 4088, 4089, 100_000] {
             let value: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();

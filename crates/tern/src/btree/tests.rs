@@ -8,10 +8,18 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
 
-const LAYOUTS: [Layout; 4] = [Layout::Sorted, Layout::BranchFree, Layout::Eytzinger, Layout::BTree];
+/// Every node shape: each layout, the slot-array ones with and without hints.
+const SHAPES: [(Layout, bool); 6] = [
+    (Layout::Sorted, false),
+    (Layout::Sorted, true),
+    (Layout::BranchFree, false),
+    (Layout::BranchFree, true),
+    (Layout::Eytzinger, false),
+    (Layout::BTree, false),
+];
 
-fn tree(layout: Layout, page_size: usize) -> BTree {
-    BTree::new(TreeConfig { page_size, layout, prefetch: 2 }).unwrap()
+fn tree((layout, hints): (Layout, bool), page_size: usize) -> BTree {
+    BTree::new(TreeConfig { page_size, layout, prefetch: 2, hints, ..TreeConfig::DEFAULT }).unwrap()
 }
 
 #[derive(Clone, Debug)]
@@ -53,8 +61,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn run_against_model(layout: Layout, page_size: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let t = tree(layout, page_size);
+fn run_against_model(shape: (Layout, bool), page_size: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let t = tree(shape, page_size);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for op in ops {
         match op {
@@ -94,19 +102,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn matches_model_small_pages(layout in 0usize..4, ops in proptest::collection::vec(op(), 1..600)) {
-        run_against_model(LAYOUTS[layout], 4096, &ops)?;
+    fn matches_model_small_pages(shape in 0usize..SHAPES.len(), ops in proptest::collection::vec(op(), 1..600)) {
+        run_against_model(SHAPES[shape], 4096, &ops)?;
     }
 
     #[test]
-    fn matches_model_large_pages(layout in 0usize..4, ops in proptest::collection::vec(op(), 1..400)) {
-        run_against_model(LAYOUTS[layout], 65536, &ops)?;
+    fn matches_model_large_pages(shape in 0usize..SHAPES.len(), ops in proptest::collection::vec(op(), 1..400)) {
+        run_against_model(SHAPES[shape], 65536, &ops)?;
     }
 }
 
 #[test]
 fn grows_and_shrinks_through_splits_and_merges_in_every_layout() {
-    for layout in LAYOUTS {
+    for layout in SHAPES {
         let t = tree(layout, 4096);
         let key = |i: u32| format!("k{:07}", i.wrapping_mul(2_654_435_761_u32) % 1_000_000).into_bytes();
         let mut model = BTreeMap::new();
@@ -138,7 +146,7 @@ fn grows_and_shrinks_through_splits_and_merges_in_every_layout() {
 
 #[test]
 fn cursors_walk_both_ways_across_leaves() {
-    let t = tree(Layout::Eytzinger, 4096);
+    let t = tree((Layout::Eytzinger, false), 4096);
     let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| format!("{:06}", i * 2).into_bytes()).collect();
     for k in &keys {
         t.insert(k, b"v").unwrap();
@@ -170,7 +178,7 @@ fn cursors_walk_both_ways_across_leaves() {
 fn cursors_turn_around_anywhere_in_a_partly_copied_leaf() {
     // 16 KiB leaves of ~400 small entries: forward moves copy windows of a leaf, so turning
     // back must find the entries before the window, and forward again the ones after it.
-    let t = tree(Layout::BranchFree, 16384);
+    let t = tree((Layout::BranchFree, true), 16384);
     let keys: Vec<Vec<u8>> = (0..5000u32).map(|i| format!("{:06}", i * 2).into_bytes()).collect();
     for k in &keys {
         t.insert(k, b"v").unwrap();
@@ -198,7 +206,7 @@ fn cursors_turn_around_anywhere_in_a_partly_copied_leaf() {
 
 #[test]
 fn bad_keys_and_values_get_clear_errors() {
-    let t = tree(Layout::Sorted, 4096);
+    let t = tree((Layout::Sorted, true), 4096);
     assert!(matches!(t.insert(b"", b"v"), Err(Error::KeyEmpty)));
     assert!(matches!(t.get(b""), Err(Error::KeyEmpty)));
     let long = vec![1u8; t.max_key_len() + 1];
@@ -215,7 +223,7 @@ fn bad_keys_and_values_get_clear_errors() {
 
 #[test]
 fn large_values_live_in_overflow_pages_and_are_freed() {
-    let t = tree(Layout::BTree, 4096);
+    let t = tree((Layout::BTree, false), 4096);
     let big: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
     assert!(t.insert(b"big", &big).unwrap());
     assert_eq!(t.get(b"big").unwrap(), Some(big.clone()));
@@ -237,8 +245,8 @@ fn large_values_live_in_overflow_pages_and_are_freed() {
 fn concurrent_writers_readers_and_scanners_keep_the_tree_valid() {
     const WRITERS: u32 = 3;
     const OPS: u32 = 6_000;
-    for layout in [Layout::Sorted, Layout::Eytzinger] {
-        let t = Arc::new(tree(layout, 4096));
+    for shape in [(Layout::Sorted, false), (Layout::BranchFree, true), (Layout::Eytzinger, false)] {
+        let t = Arc::new(tree(shape, 4096));
         let stop = Arc::new(AtomicBool::new(false));
         let value_for = |key: &[u8], w: u32, i: u32| {
             let mut v = key.to_vec();
@@ -308,11 +316,11 @@ fn concurrent_writers_readers_and_scanners_keep_the_tree_valid() {
 
 #[test]
 fn bulk_load_builds_a_valid_tree_in_every_layout() {
-    for layout in LAYOUTS {
+    for (layout, hints) in SHAPES {
         for (page_size, n) in [(4096, 0), (4096, 1), (4096, 30_000), (65536, 30_000)] {
             let keys: Vec<Vec<u8>> = (0..n).map(|i: u32| format!("bulk/{:09}", i * 3).into_bytes()).collect();
             let value = |k: &[u8]| if k.ends_with(b"00") { vec![7u8; 9000] } else { k.to_vec() };
-            let config = TreeConfig { page_size, layout, prefetch: 1 };
+            let config = TreeConfig { page_size, layout, prefetch: 1, hints, ..TreeConfig::DEFAULT };
             let t = BTree::bulk_load(config, keys.iter().map(|k| (k.clone(), value(k)))).unwrap();
             let shape = t.check().unwrap();
             assert_eq!(shape.keys, keys.len(), "{layout:?} {page_size} {n}");

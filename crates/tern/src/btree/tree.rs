@@ -42,14 +42,22 @@ pub struct TreeConfig {
     pub layout: Layout,
     /// Software-prefetch depth, 0 to 2; can be changed at any time.
     pub prefetch: u8,
+    /// Whether nodes keep a hint array (16 samples of the slot array's heads, `node.rs`) that
+    /// narrows a search to a few slots before the binary search; slot-array layouts only
+    /// (sorted, branch-free). Fixed for the tree's life.
+    pub hints: bool,
+    /// Whether node memory is advised for transparent huge pages (`MADV_HUGEPAGE`, Linux; a
+    /// hint the kernel may ignore). Fixed for the tree's life.
+    pub huge_pages: bool,
 }
 
 impl TreeConfig {
-    /// The default: 16 KiB pages, branch-free search of the slot array, prefetch depth 1: the
-    /// fastest point lookups of every combination measured by `tern bench tree` at 1M and 10M
-    /// keys (see docs/btree.md for the figures and why the search-array layouts lose inside
-    /// nodes).
-    pub const DEFAULT: TreeConfig = TreeConfig { page_size: 16 * 1024, layout: Layout::BranchFree, prefetch: 1 };
+    /// The default: 16 KiB pages, branch-free search of the slot array narrowed by hints,
+    /// prefetch depth 1: the fastest point lookups of every combination measured by
+    /// `tern bench tree` at 1M and 10M keys (see docs/btree.md for the figures and why the
+    /// search-array layouts lose inside nodes).
+    pub const DEFAULT: TreeConfig =
+        TreeConfig { page_size: 16 * 1024, layout: Layout::BranchFree, prefetch: 1, hints: true, huge_pages: true };
 
     fn validate(&self) -> Result<()> {
         if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
@@ -105,6 +113,8 @@ pub struct BTree {
     pub(crate) pages: PageTable,
     root: AtomicU32,
     pub(crate) layout: Layout,
+    pub(crate) hints: bool,
+    huge_pages: bool,
     prefetch: AtomicU8,
     counters: Counters,
 }
@@ -141,23 +151,31 @@ impl BTree {
     pub fn new(config: TreeConfig) -> Result<BTree> {
         config.validate()?;
         let tree = BTree {
-            pages: PageTable::new(config.page_size),
+            pages: PageTable::new(config.page_size, config.huge_pages),
             root: AtomicU32::new(0),
             layout: config.layout,
+            hints: config.hints,
+            huge_pages: config.huge_pages,
             prefetch: AtomicU8::new(config.prefetch),
             counters: Counters::default(),
         };
         let guard = crossbeam_epoch::pin();
         let (pid, root) = tree.pages.alloc(&guard);
         let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
-        node::build(&root.page, &spec, &[], tree.layout);
+        node::build(&root.page, &spec, &[], tree.layout, tree.hints);
         tree.root.store(pid, Release);
         Ok(tree)
     }
 
     /// The configuration the tree was built with (prefetch: the current depth).
     pub fn config(&self) -> TreeConfig {
-        TreeConfig { page_size: self.pages.page_size(), layout: self.layout, prefetch: self.prefetch_depth() }
+        TreeConfig {
+            page_size: self.pages.page_size(),
+            layout: self.layout,
+            prefetch: self.prefetch_depth(),
+            hints: self.hints,
+            huge_pages: self.huge_pages,
+        }
     }
 
     /// Changes the software-prefetch depth (0, 1 or 2) from the next operation on.
@@ -232,7 +250,7 @@ impl BTree {
         let pid = NodeRef::new(&parent.node.page).child(slot);
         let node = self.pages.get(pid, guard).ok_or(Restart)?;
         if self.prefetch_depth() > 0 {
-            node.page.prefetch(0);
+            NodeRef::new(&node.page).prefetch_header();
         }
         let version = node.latch.optimistic();
         parent.version.validate()?;
@@ -509,7 +527,7 @@ impl BTree {
             upper: upper.as_deref(),
             upper_child: n.upper_child(),
         };
-        node::build(n.page, &spec, entries, self.layout);
+        node::build(n.page, &spec, entries, self.layout, self.hints);
         Counters::bump(&self.counters.compactions);
     }
 
@@ -562,7 +580,7 @@ impl BTree {
             upper: upper.as_deref(),
             upper_child: n.upper_child(),
         };
-        node::build(&right.page, &right_spec, right_entries, self.layout);
+        node::build(&right.page, &right_spec, right_entries, self.layout, self.hints);
         let left_spec = NodeSpec {
             leaf,
             level: n.level(),
@@ -570,7 +588,7 @@ impl BTree {
             upper: Some(&separator),
             upper_child: left_upper_child,
         };
-        node::build(n.page, &left_spec, &entries[..mid], self.layout);
+        node::build(n.page, &left_spec, &entries[..mid], self.layout, self.hints);
         match parent {
             Some(p) => {
                 let slot = p.search(&separator, true, self.layout, 0);
@@ -584,7 +602,7 @@ impl BTree {
                 let spec =
                     NodeSpec { leaf: false, level: n.level() + 1, lower: None, upper: None, upper_child: right_pid };
                 let entry = Entry { key: separator, value: Vec::new(), flags: 0, child: pid };
-                node::build(&root.page, &spec, &[entry], self.layout);
+                node::build(&root.page, &spec, &[entry], self.layout, self.hints);
                 self.root.store(root_pid, Release);
             }
         }
@@ -687,7 +705,7 @@ impl BTree {
         if node::required_space(&spec, &entries, self.layout) > self.pages.page_size() {
             return Ok(None);
         }
-        node::build(ln.page, &spec, &entries, self.layout);
+        node::build(ln.page, &spec, &entries, self.layout, self.hints);
         p.remove_at(left_slot, self.layout);
         p.set_child(left_slot, left.pid);
         self.pages.free(right.pid, guard);
@@ -703,7 +721,8 @@ impl BTree {
 
     /// Checks the tree's invariants (call while no other thread writes): keys strictly
     /// increasing within every node and within its fences, children's fences matching their
-    /// separators, levels decreasing by one, leaves all at level 0. Returns the shape.
+    /// separators, levels decreasing by one, leaves all at level 0, hint arrays kept as the
+    /// configuration says and matching their slots. Returns the shape.
     pub fn check(&self) -> std::result::Result<TreeShape, String> {
         let guard = crossbeam_epoch::pin();
         let root = self.root.load(Acquire);
@@ -744,6 +763,12 @@ impl BTree {
         let in_range = |k: &Vec<u8>| lower.is_none_or(|l| k.as_slice() >= l) && upper.is_none_or(|u| k.as_slice() < u);
         if let Some(k) = keys.iter().find(|k| !in_range(k)) {
             return Err(format!("{here}: key {k:?} outside its fences"));
+        }
+        if n.has_hints() != (self.hints && !node::uses_search_array(self.layout)) {
+            return Err(format!("{here}: hints kept: {}, tree config: {}", n.has_hints(), self.hints));
+        }
+        if let Some(j) = n.stale_hint() {
+            return Err(format!("{here}: hint {j} does not match its slot"));
         }
         for (i, k) in keys.iter().enumerate() {
             if n.search(k, false, self.layout, 0) != i {
