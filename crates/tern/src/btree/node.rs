@@ -258,6 +258,7 @@ impl<'a> NodeRef<'a> {
 
     /// Whether slot `i` holds exactly `key` (a key within the node's fences, see
     /// [`search`](Self::search)).
+    #[cfg(test)]
     pub(crate) fn key_equals(self, i: usize, key: &[u8]) -> bool {
         i < self.count() && self.cmp_suffix(i, self.strip_prefix(key)) == Ordering::Equal
     }
@@ -281,12 +282,26 @@ impl<'a> NodeRef<'a> {
     /// within the node's fences (see [`strip_prefix`](Self::strip_prefix)).
     #[inline]
     pub(crate) fn search(self, key: &[u8], strict: bool, layout: Layout, prefetch: u8) -> usize {
+        self.search_with(key, strict, layout, prefetch).0
+    }
+
+    /// The first slot whose key is `>= key`, and whether it holds exactly `key` (a point
+    /// lookup: one search, no second comparison of the key).
+    #[inline]
+    pub(crate) fn find(self, key: &[u8], layout: Layout, prefetch: u8) -> (usize, bool) {
+        self.search_with(key, false, layout, prefetch)
+    }
+
+    /// [`search`](Self::search), and whether the slot found holds exactly `key` (never, for
+    /// `strict`).
+    #[inline]
+    fn search_with(self, key: &[u8], strict: bool, layout: Layout, prefetch: u8) -> (usize, bool) {
         let n = self.count();
         let suffix = self.strip_prefix(key);
         let h = head_of(suffix);
         let first = self.head_lower_bound(n, h, layout, prefetch);
         if first >= n {
-            return n;
+            return (n, false);
         }
         if prefetch > 0 {
             self.prefetch_record(first);
@@ -294,34 +309,37 @@ impl<'a> NodeRef<'a> {
         // Heads tie (or, for 48-bit layouts, may still be below): the answer is almost always
         // `first` itself or just after it, so step forward through the run, and only if the
         // run is long (keys sharing 8+ bytes after the prefix) binary-search the rest.
-        let beyond = |i: usize| match self.head(i).cmp(&h) {
-            Ordering::Less => false,
-            Ordering::Greater => true,
-            Ordering::Equal => match self.cmp_suffix(i, suffix) {
-                Ordering::Less => false,
-                // An equal key is past the bound only for `>=` (non-strict).
-                Ordering::Equal => !strict,
-                Ordering::Greater => true,
-            },
+        // `cmp(i)`: slot i's key against `key`.
+        let cmp = |i: usize| match self.head(i).cmp(&h) {
+            Ordering::Equal => self.cmp_suffix(i, suffix),
+            order => order,
         };
+        // An equal key is past the bound only for `>=` (non-strict).
+        let beyond = |order: Ordering| order == Ordering::Greater || (order == Ordering::Equal && !strict);
         const LINEAR_STEPS: usize = 4;
         let mut lo = first;
         while lo < n && lo < first + LINEAR_STEPS {
-            if beyond(lo) {
-                return lo;
+            let order = cmp(lo);
+            if beyond(order) {
+                return (lo, order == Ordering::Equal);
             }
             lo += 1;
         }
         let mut hi = n;
+        let mut exact = false;
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if beyond(mid) {
+            let order = cmp(mid);
+            if beyond(order) {
                 hi = mid;
+                exact = order == Ordering::Equal;
             } else {
                 lo = mid + 1;
             }
         }
-        lo
+        // `lo` is the last `hi` set, if any was, and `exact` is its comparison; otherwise it is
+        // `n` or a slot never compared, which is not `key` (every slot before it is below).
+        (lo, exact && lo < n)
     }
 
     /// The first slot whose head is at least `h` (exactly, for the slot-array layouts; by the
@@ -793,6 +811,8 @@ mod tests {
                     let want_gt = keys.partition_point(|k| k <= &probe);
                     for pf in 0..=2 {
                         assert_eq!(node.search(&probe, false, layout, pf), want_ge, "{layout:?} {q}");
+                        let exact = keys.binary_search(&probe).is_ok();
+                        assert_eq!(node.find(&probe, layout, pf), (want_ge, exact), "{layout:?} {q}");
                         assert_eq!(node.search(&probe, true, layout, pf), want_gt, "{layout:?} {q}");
                     }
                 }
@@ -835,6 +855,8 @@ mod tests {
                     for p in &probes {
                         let want = refs.partition_point(|k| *k < p.as_slice());
                         assert_eq!(node.search(p, false, Layout::BranchFree, 1), want, "n {n} hints {hints} {p:?}");
+                        let exact = refs.binary_search(&p.as_slice()).is_ok();
+                        assert_eq!(node.find(p, Layout::BranchFree, 1), (want, exact), "n {n} hints {hints} {p:?}");
                         let want = refs.partition_point(|k| *k <= p.as_slice());
                         assert_eq!(node.search(p, true, Layout::Sorted, 0), want, "n {n} hints {hints} {p:?}");
                     }
@@ -853,7 +875,10 @@ mod tests {
             let node = NodeRef::new(&page);
             for q in 0..45u32 {
                 let probe = format!("samesameSAME{q:04}").into_bytes();
-                assert_eq!(node.search(&probe, false, layout, 1), keys.partition_point(|k| k < &probe));
+                let want = keys.partition_point(|k| k < &probe);
+                assert_eq!(node.search(&probe, false, layout, 1), want);
+                // Runs of tied heads longer than the linear steps: found by the binary search.
+                assert_eq!(node.find(&probe, layout, 1), (want, keys.binary_search(&probe).is_ok()));
             }
             assert_eq!(node.search(b"samesameSAME", false, layout, 0), 0);
             assert_eq!(node.search(b"samesameSAMF", false, layout, 0), keys.len());

@@ -151,8 +151,7 @@ impl BTree {
     ) -> Result<(Applied, R, bool), Restart> {
         let (at, parent) = self.descend_to_write(key, guard)?;
         let n = NodeRef::new(&at.node.page);
-        let slot = n.search(key, false, self.layout, self.prefetch_depth());
-        let existed = n.key_equals(slot, key);
+        let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
         if let Room::Split = self.room(n, key.len(), reserve) {
             self.make_room(parent, at, Room::Split, guard)?;
             return Err(Restart);

@@ -322,8 +322,7 @@ impl BTree {
     fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Restart> {
         let path = self.descend(key, 0, false, guard)?;
         let leaf = NodeRef::new(&path.at.node.page);
-        let slot = leaf.search(key, false, self.layout, self.prefetch_depth());
-        let found = leaf.key_equals(slot, key);
+        let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
         let stored = if found { Some(self.read_stored(leaf, slot, out, guard)?) } else { None };
         path.at.version.validate()?;
         Ok(stored)
@@ -340,8 +339,7 @@ impl BTree {
         loop {
             let n = NodeRef::new(&node.page);
             if n.is_leaf() {
-                let slot = n.search(key, false, self.layout, 0);
-                let found = n.key_equals(slot, key);
+                let (slot, found) = n.find(key, self.layout, 0);
                 return if found { Ok(Some(self.read_stored(n, slot, out, guard)?)) } else { Ok(None) };
             }
             let child = self.pages.get(n.child(n.search(key, true, self.layout, 0)), guard).ok_or(Restart)?;
@@ -460,8 +458,7 @@ impl BTree {
         let (at, parent) = self.descend_to_write(key, guard)?;
         {
             let n = NodeRef::new(&at.node.page);
-            let slot = n.search(key, false, layout, pf);
-            let existed = n.key_equals(slot, key);
+            let (slot, existed) = n.find(key, layout, pf);
             if existed && mode == PutMode::InsertNew {
                 at.version.validate()?;
                 return Ok(true);
@@ -628,8 +625,8 @@ impl BTree {
     fn try_delete(&self, key: &[u8], guard: &Guard) -> Result<(bool, bool), Restart> {
         let path = self.descend(key, 0, false, guard)?;
         let leaf = NodeRef::new(&path.at.node.page);
-        let slot = leaf.search(key, false, self.layout, self.prefetch_depth());
-        if !leaf.key_equals(slot, key) {
+        let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
+        if !found {
             path.at.version.validate()?;
             return Ok((false, false));
         }
