@@ -150,12 +150,29 @@ impl<'a> NodeRef<'a> {
         self.heap_start().saturating_sub(HEADER + SLOT * self.count())
     }
 
-    /// Bytes in use (slots, live records, fences, search array): what a rebuild would need.
-    /// A search array's spare capacity (kept after removals) is not counted: a rebuild sizes
-    /// the array afresh.
-    pub(crate) fn used_space(self) -> usize {
-        let spare = self.search_capacity().saturating_sub(self.page.u32_at(H_SEARCH_LEN) as usize) * SEARCH_ENTRY;
-        (self.page.size() - HEADER - self.free_space() - self.garbage()).saturating_sub(spare)
+    /// Bytes a rebuild of the node's entries would need besides the header: slots, live
+    /// records, fences and (search-array layouts) a search array sized afresh, whatever spare
+    /// capacity the current one kept after removals.
+    pub(crate) fn used_space(self, layout: Layout) -> usize {
+        self.content_space() + search_bytes(layout, self.count())
+    }
+
+    /// Whether rebuilding the node would make room for one more entry with a key of `key_len`
+    /// bytes and a payload of `value_len` bytes. Exact enough never to say yes when the entry
+    /// would still not fit in place after the rebuild (a writer would rebuild forever): when
+    /// this holds, the rebuilt node's search array has room for exactly one more entry, and
+    /// `content_space` never counts less than a rebuild keeps.
+    pub(crate) fn fits_after_rebuild(self, key_len: usize, value_len: usize, layout: Layout) -> bool {
+        let record = key_len.saturating_sub(self.prefix_len()) + value_len;
+        self.content_space() + SLOT + record + search_bytes(layout, self.count() + 1) <= self.page.size() - HEADER
+    }
+
+    /// Bytes in use but for the header and the search array: slots, live records, fences.
+    fn content_space(self) -> usize {
+        (self.page.size() - HEADER)
+            .saturating_sub(self.free_space())
+            .saturating_sub(self.garbage())
+            .saturating_sub(self.search_capacity() * SEARCH_ENTRY)
     }
 
     /// The lower fence (inclusive), `None` for -inf.
@@ -383,15 +400,19 @@ impl<'a> NodeRef<'a> {
         // is below h (the answer lies after it); a hint above means the slot's head is above h
         // (the answer is at or before it); an equal hint decides nothing. The hints are sorted,
         // so counting both is enough, with no branch on the data.
-        let h32 = (h >> 32) as u32;
-        let (mut below, mut at_most) = (0, 0);
-        for w in 0..HINTS / 2 {
-            let word = self.page.word(H_HINTS / 8 + w);
-            for hint in [word as u32, (word >> 32) as u32] {
-                below += usize::from(hint < h32);
-                at_most += usize::from(hint <= h32);
-            }
+        // (Copied out of the page first, so the counting compiles to vector compares.)
+        let Some(words) = self.page.words().get(H_HINTS / 8..H_HINTS / 8 + HINTS / 2) else {
+            return (0, n);
+        };
+        let mut hints = [0u32; HINTS];
+        for (pair, word) in hints.chunks_exact_mut(2).zip(words) {
+            let word = word.load(std::sync::atomic::Ordering::Relaxed);
+            pair[0] = word as u32;
+            pair[1] = (word >> 32) as u32;
         }
+        let h32 = (h >> 32) as u32;
+        let below = hints.iter().map(|&x| usize::from(x < h32)).sum::<usize>();
+        let at_most = hints.iter().map(|&x| usize::from(x <= h32)).sum::<usize>();
         let lo = below * d + usize::from(below > 0);
         let hi = if at_most == HINTS { n } else { (at_most + 1) * d };
         // Garbage (a node changing under an optimistic reader) must still give a valid range.
@@ -540,7 +561,7 @@ impl<'a> NodeRef<'a> {
         self.write_slot(pos, head_of(suffix), off, suffix.len(), payload);
         self.set_count(n + 1);
         self.update_hints(n, pos);
-        let rebuilt = self.rebuild_search_array(layout);
+        let rebuilt = self.rebuild_search_array(layout, Fresh::Spare);
         debug_assert!(rebuilt, "entry_space reserves room for a fresh search array");
     }
 
@@ -552,7 +573,7 @@ impl<'a> NodeRef<'a> {
         self.move_slots(pos + 1, pos, n - pos - 1);
         self.set_count(n - 1);
         self.update_hints(n, pos);
-        let rebuilt = self.rebuild_search_array(layout);
+        let rebuilt = self.rebuild_search_array(layout, Fresh::Spare);
         debug_assert!(rebuilt, "a smaller array is rebuilt in place");
     }
 
@@ -586,9 +607,9 @@ impl<'a> NodeRef<'a> {
 
     /// Writes the search array for the current slots (search-array layouts; a no-op
     /// otherwise): in place while its capacity suffices (always after a removal), else in fresh
-    /// heap space with a quarter spare so the next inserts rebuild in place, the old array
-    /// becoming garbage. Returns false if it does not fit.
-    pub(crate) fn rebuild_search_array(self, layout: Layout) -> bool {
+    /// heap space sized as `fresh` says, the old array becoming garbage. Returns false if it
+    /// does not fit.
+    fn rebuild_search_array(self, layout: Layout, fresh: Fresh) -> bool {
         if !uses_search_array(layout) {
             return true;
         }
@@ -600,13 +621,13 @@ impl<'a> NodeRef<'a> {
             old_off
         } else {
             let spare = layout_len(layout, n + n / 4 + 8);
-            let (off, cap) = match self.alloc(spare * SEARCH_ENTRY, 8) {
-                Some(off) => (off, spare),
-                None => match self.alloc(entries.len() * SEARCH_ENTRY, 8) {
-                    Some(off) => (off, entries.len()),
-                    None => return false,
-                },
+            let one_more = layout_len(layout, n + 1);
+            let attempt = |cap: usize| self.alloc(cap * SEARCH_ENTRY, 8).map(|off| (off, cap));
+            let fit = match fresh {
+                Fresh::Spare => attempt(spare).or_else(|| attempt(entries.len())),
+                Fresh::OneMore => attempt(one_more).or_else(|| attempt(entries.len())),
             };
+            let Some((off, cap)) = fit else { return false };
             if old_off != 0 {
                 self.add_garbage(old_cap * SEARCH_ENTRY);
             }
@@ -622,6 +643,18 @@ impl<'a> NodeRef<'a> {
     }
 }
 
+/// How much a freshly allocated search array holds.
+#[derive(Clone, Copy)]
+enum Fresh {
+    /// A quarter more than the slots (plus 8), so the next inserts rebuild it in place; or
+    /// just the slots if that does not fit. For changes in place.
+    Spare,
+    /// The slots and one more, exactly, or just the slots if that does not fit. For a node
+    /// built afresh: the space a rebuild leaves is then known in advance
+    /// ([`NodeRef::fits_after_rebuild`]).
+    OneMore,
+}
+
 /// Search-array entries for `n` slots (the B-tree layout pads to whole blocks).
 fn layout_len(layout: Layout, n: usize) -> usize {
     search::layout_len::<u64>(layout, n)
@@ -635,6 +668,15 @@ pub(crate) fn uses_search_array(layout: Layout) -> bool {
 /// Bytes of a search array for `n` slots, with alignment slack.
 pub(crate) fn search_array_bytes(layout: Layout, n: usize) -> usize {
     layout_len(layout, n) * SEARCH_ENTRY + 8
+}
+
+/// Bytes a node of `n` slots in `layout` needs for its search array (0: none).
+fn search_bytes(layout: Layout, n: usize) -> usize {
+    if uses_search_array(layout) {
+        search_array_bytes(layout, n)
+    } else {
+        0
+    }
 }
 
 /// The spacing of the hints over `n` slots (hint `j` samples slot `(j + 1) * d`), or 0 when
@@ -729,7 +771,7 @@ pub(crate) fn required_space(spec: &NodeSpec<'_>, entries: &[Entry], layout: Lay
     let prefix = common_prefix_len(spec.lower, spec.upper);
     let fences = spec.lower.map_or(0, <[u8]>::len) + spec.upper.map_or(0, <[u8]>::len);
     let records: usize = entries.iter().map(|e| e.key.len() - prefix + e.value.len()).sum();
-    let search = if uses_search_array(layout) { search_array_bytes(layout, entries.len()) } else { 0 };
+    let search = search_bytes(layout, entries.len());
     HEADER + SLOT * entries.len() + records + fences + search
 }
 
@@ -775,8 +817,9 @@ pub(crate) fn build(page: &Page, spec: &NodeSpec<'_>, entries: &[Entry], layout:
         node.write_slot(i, head_of(suffix), off, suffix.len(), payload);
     }
     node.update_hints(0, 0);
-    let rebuilt = node.rebuild_search_array(layout);
-    debug_assert!(rebuilt, "required_space counts the search array");
+    let rebuilt = node.rebuild_search_array(layout, Fresh::OneMore);
+    // A node without its search array would answer searches wrongly: never go on without it.
+    assert!(rebuilt, "required_space counts the search array");
     page.copy_from(&scratch);
 }
 
@@ -861,6 +904,50 @@ mod tests {
                         assert_eq!(node.search(p, true, Layout::Sorted, 0), want, "n {n} hints {hints} {p:?}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rebuild_said_to_make_room_makes_it() {
+        // Writers rebuild a node when `fits_after_rebuild` says so and retry: if the entry
+        // still did not fit in place afterwards they would rebuild forever.
+        for layout in LAYOUTS {
+            for seed in 1..=30u64 {
+                let mut x = seed;
+                let mut next = |m: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % m
+                };
+                let page = leaf(None, None, &[], layout);
+                let node = NodeRef::new(&page);
+                let (mut inserted, mut rebuilds) = (0, 0);
+                loop {
+                    let key: Vec<u8> = (0..1 + next(40)).map(|_| next(256) as u8).collect();
+                    let value = vec![7u8; next(200) as usize];
+                    let (pos, exists) = node.find(&key, layout, 0);
+                    if exists {
+                        continue;
+                    }
+                    if !node.fits_in_place(key.len(), value.len(), layout) {
+                        if !node.fits_after_rebuild(key.len(), value.len(), layout) {
+                            break;
+                        }
+                        let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
+                        build(&page, &spec, &Entry::read_all(node), layout, true);
+                        rebuilds += 1;
+                        assert!(node.fits_in_place(key.len(), value.len(), layout), "{layout:?} seed {seed}");
+                    }
+                    node.insert_at(pos, &key, &value, value.len() as u32, layout);
+                    inserted += 1;
+                    if inserted % 3 == 0 {
+                        // Garbage for the next rebuild to reclaim.
+                        node.remove_at(next(node.count() as u64) as usize, layout);
+                    }
+                }
+                assert!(rebuilds > 0, "{layout:?} seed {seed}: the node filled up without a rebuild");
             }
         }
     }

@@ -72,6 +72,11 @@ impl Page {
     /// The `len <= 8` bytes at `off` as a little-endian integer.
     #[inline]
     pub(crate) fn uint_at(&self, off: usize, len: usize) -> u64 {
+        // A field within one word (every header field: offsets and lengths are constants, so
+        // this folds to one load and a shift).
+        if off % 8 + len <= 8 && len < 8 {
+            return (self.word(off / 8) >> (off % 8 * 8)) & ((1u64 << (len * 8)) - 1);
+        }
         let v = self.load8(off);
         if len >= 8 {
             v
@@ -106,25 +111,35 @@ impl Page {
     /// Appends the `len` bytes at `off` to `out` (bytes past the end read as zero; `len` is
     /// capped at the page size, so garbage lengths cannot exhaust memory).
     pub(crate) fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        // One load and one 8-byte append per word, nothing zero-filled first: values are read
+        // this way on every lookup, and a scan copies whole leaves through here.
         let len = len.min(self.size());
-        let start = out.len();
-        out.resize(start + len, 0);
-        let dst = &mut out[start..];
-        // The bytes up to the next word boundary, then whole words, then the tail: one load
-        // and one 8-byte store per word (a scan copies whole leaves through here).
-        let head = ((8 - off % 8) % 8).min(len);
-        dst[..head].copy_from_slice(&self.load8(off).to_le_bytes()[..head]);
-        let first = off.saturating_add(head) / 8;
-        let words = self.words.get(first..).unwrap_or(&[]);
-        let mut chunks = dst[head..].chunks_exact_mut(8);
-        // Chunks past the page's end keep the zeros `resize` wrote.
-        for (chunk, word) in (&mut chunks).zip(words) {
-            chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
+        if len == 0 {
+            return;
         }
-        let tail = chunks.into_remainder();
-        let tail_word = first.saturating_add((len - head) / 8);
-        let n = tail.len();
-        tail.copy_from_slice(&self.word(tail_word).to_le_bytes()[..n]);
+        out.reserve(len);
+        let start = out.len();
+        let end = off.saturating_add(len);
+        let (first, last) = (off / 8, (end - 1) / 8);
+        let skip = off % 8;
+        let head = self.word(first).to_le_bytes();
+        out.extend_from_slice(&head[skip..(skip + len).min(8)]);
+        if first == last {
+            out.resize(start + len, 0);
+            return;
+        }
+        match self.words.get(first + 1..last) {
+            Some(middle) => {
+                for w in middle {
+                    out.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+                }
+            }
+            // Past the end (garbage offsets): zeros, at most a page of them.
+            None => (first + 1..last).for_each(|i| out.extend_from_slice(&self.word(i).to_le_bytes())),
+        }
+        out.extend_from_slice(&self.word(last).to_le_bytes()[..end - last * 8]);
+        // An offset so large that `off + len` overflowed: the missing bytes read as zero too.
+        out.resize(start + len, 0);
     }
 
     /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
@@ -194,10 +209,17 @@ fn be_prefix(bytes: [u8; 8], take: usize) -> u64 {
 /// differ order their keys the same way the keys are ordered; equal heads say nothing.
 #[inline]
 pub(crate) fn head_of(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
+    match key.first_chunk::<8>() {
+        Some(b) => u64::from_be_bytes(*b),
+        None => {
+            // Short keys byte by byte (a copy of a variable length would be a call).
+            let mut v = 0u64;
+            for (i, &b) in key.iter().enumerate() {
+                v |= u64::from(b) << (56 - 8 * i);
+            }
+            v
+        }
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +277,9 @@ mod tests {
         let mut out = Vec::new();
         p.read_into(usize::MAX / 2, 100, &mut out);
         assert!(out.iter().all(|&b| b == 0));
+        out.clear();
+        p.read_into(usize::MAX - 3, 20, &mut out);
+        assert_eq!(out, [0; 20], "lengths hold even where the end overflows");
         out.clear();
         p.read_into(60, usize::MAX, &mut out);
         assert_eq!(out.len(), 64, "lengths are capped at the page size");

@@ -17,7 +17,7 @@
 //!
 //! Latch order is parent before child and left before right, so writers cannot deadlock.
 
-use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_CHAIN, FLAG_OVERFLOW, HEADER};
+use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::overflow;
 use super::pages::{Node, PageTable};
 use super::search::Layout;
@@ -507,7 +507,7 @@ impl BTree {
     pub(crate) fn room(&self, n: NodeRef<'_>, key_len: usize, value_len: usize) -> Room {
         if n.fits_in_place(key_len, value_len, self.layout) {
             Room::InPlace
-        } else if n.used_space() + n.entry_space(key_len, value_len, self.layout) <= self.pages.page_size() - HEADER {
+        } else if n.fits_after_rebuild(key_len, value_len, self.layout) {
             Room::AfterRebuild
         } else {
             Room::Split
@@ -637,7 +637,7 @@ impl BTree {
     }
 
     pub(crate) fn underfull(&self, n: NodeRef<'_>) -> bool {
-        n.used_space() <= self.pages.page_size() / 4
+        n.used_space(self.layout) <= self.pages.page_size() / 4
     }
 
     /// Merges the underfull node holding `key` at each level with a sibling, from the leaves
@@ -679,7 +679,7 @@ impl BTree {
         let sibling = self.child(&parent, sibling_slot, guard)?;
         let (left, right) = if sibling_slot > slot { (path.at, sibling) } else { (sibling, path.at) };
         let (ln, rn) = (NodeRef::new(&left.node.page), NodeRef::new(&right.node.page));
-        if ln.used_space() + rn.used_space() > self.pages.page_size() * 3 / 4 {
+        if ln.used_space(self.layout) + rn.used_space(self.layout) > self.pages.page_size() * 3 / 4 {
             parent.version.validate()?;
             return Ok(None);
         }
