@@ -111,35 +111,31 @@ impl Page {
     /// Appends the `len` bytes at `off` to `out` (bytes past the end read as zero; `len` is
     /// capped at the page size, so garbage lengths cannot exhaust memory).
     pub(crate) fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
-        // One load and one 8-byte append per word, nothing zero-filled first: values are read
-        // this way on every lookup, and a scan copies whole leaves through here.
+        // Values are read this way on every lookup, and a scan copies whole leaves through
+        // here, so only whole 8-byte stores, no copies of odd lengths: the first word shifted
+        // down by the offset's misalignment, then each next word 8 bytes on, each store
+        // overwriting the zeros the one before left at its top; 8 bytes of slack, cut after.
         let len = len.min(self.size());
         if len == 0 {
             return;
         }
-        out.reserve(len);
         let start = out.len();
-        let end = off.saturating_add(len);
-        let (first, last) = (off / 8, (end - 1) / 8);
-        let skip = off % 8;
-        let head = self.word(first).to_le_bytes();
-        out.extend_from_slice(&head[skip..(skip + len).min(8)]);
-        if first == last {
-            out.resize(start + len, 0);
-            return;
+        out.resize(start + len + 8, 0);
+        let dst = &mut out[start..];
+        let (first, skip) = (off / 8, off % 8);
+        dst[..8].copy_from_slice(&(self.word(first) >> (skip * 8)).to_le_bytes());
+        // Words 1.. of the range, each into the 8 bytes after the one before (the slack makes
+        // room for as many whole chunks as there are words).
+        let words = (skip + len).div_ceil(8);
+        let chunks = dst[8 - skip..].chunks_exact_mut(8);
+        match self.words.get(first.saturating_add(1)..first.saturating_add(words)) {
+            Some(ws) => chunks.zip(ws).for_each(|(c, w)| c.copy_from_slice(&w.load(Relaxed).to_le_bytes())),
+            // Past the end (a garbage offset): the zeros `resize` wrote, and what words exist.
+            None => chunks
+                .zip(1..words)
+                .for_each(|(c, i)| c.copy_from_slice(&self.word(first.saturating_add(i)).to_le_bytes())),
         }
-        match self.words.get(first + 1..last) {
-            Some(middle) => {
-                for w in middle {
-                    out.extend_from_slice(&w.load(Relaxed).to_le_bytes());
-                }
-            }
-            // Past the end (garbage offsets): zeros, at most a page of them.
-            None => (first + 1..last).for_each(|i| out.extend_from_slice(&self.word(i).to_le_bytes())),
-        }
-        out.extend_from_slice(&self.word(last).to_le_bytes()[..end - last * 8]);
-        // An offset so large that `off + len` overflowed: the missing bytes read as zero too.
-        out.resize(start + len, 0);
+        out.truncate(start + len);
     }
 
     /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
