@@ -268,9 +268,21 @@ impl<'a> NodeRef<'a> {
     }
 
     /// Compares slot `i`'s key suffix with `suffix` (a key with the node prefix removed).
-    #[inline]
+    #[cfg(test)]
     fn cmp_suffix(self, i: usize, suffix: &[u8]) -> Ordering {
         self.page.compare(self.key_off(i), self.key_len(i), suffix)
+    }
+
+    /// [`cmp_suffix`](Self::cmp_suffix) for a slot whose head equals `suffix`'s: when both
+    /// are at least 8 bytes long their first 8 bytes are equal, so only the rest is compared.
+    #[inline]
+    fn cmp_suffix_after_head(self, i: usize, suffix: &[u8]) -> Ordering {
+        let w = self.slot_word(i, 1);
+        let (off, len) = ((w & 0xFFFF) as usize, (w >> 16 & 0xFFFF) as usize);
+        match suffix.get(8..) {
+            Some(rest) if len >= 8 => self.page.compare(off + 8, len - 8, rest),
+            _ => self.page.compare(off, len, suffix),
+        }
     }
 
     /// Whether slot `i` holds exactly `key` (a key within the node's fences, see
@@ -328,7 +340,7 @@ impl<'a> NodeRef<'a> {
         // run is long (keys sharing 8+ bytes after the prefix) binary-search the rest.
         // `cmp(i)`: slot i's key against `key`.
         let cmp = |i: usize| match self.head(i).cmp(&h) {
-            Ordering::Equal => self.cmp_suffix(i, suffix),
+            Ordering::Equal => self.cmp_suffix_after_head(i, suffix),
             order => order,
         };
         // An equal key is past the bound only for `>=` (non-strict).

@@ -127,7 +127,8 @@ pub(crate) fn prefetch_line<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 is a hint without architectural effect: it never faults, whatever the
     // address, and reads no memory the program can observe. SSE, which provides it, is part of
-    // the x86-64 baseline. (Callers pass only addresses inside a live slice all the same.)
+    // the x86-64 baseline. (The kernels pass only addresses inside their slice; a page may
+    // pass one past its end, computed from garbage an optimistic reader saw.)
     unsafe {
         core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
     }
