@@ -957,7 +957,7 @@ mod tests {
         let values = [0u32, 1, 0x7FFF_FFFF, 0x8000_0000, 0x8000_0001, u32::MAX - 1, u32::MAX];
         for seed in 0..200u64 {
             let pick =
-                |k: u64| values[(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (k * 3) % 61) as usize % values.len()];
+                |k: u64| values[(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> ((k * 3) % 61)) as usize % values.len()];
             let mut all: Vec<u32> = (0..HINTS as u64).map(pick).collect();
             all.sort();
             let words: [u64; HINTS / 2] =

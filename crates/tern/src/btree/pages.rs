@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(pid, 7, "the freed id is reused");
         assert!(node.page.words().iter().all(|w| w.load(std::sync::atomic::Ordering::Relaxed) == 0), "zeroed");
         let mapped = table.ids.lock().unwrap().arena.mapped;
-        assert!(mapped >= 3000 * 4160 && mapped < 3000 * 4160 * 3, "{mapped} bytes mapped for 3000 nodes");
+        assert!((3000 * 4160..3000 * 4160 * 3).contains(&mapped), "{mapped} bytes mapped for 3000 nodes");
     }
 
     #[test]
