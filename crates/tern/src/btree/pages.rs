@@ -12,8 +12,10 @@
 //! still look that id up, see the old node (or nothing) and read it safely; its validation of
 //! the node it came from then fails and it restarts.
 //!
-//! Node memory comes from an arena of large anonymous mappings, 2 MiB-aligned and, when the
-//! tree asks for it, advised for transparent huge pages (`MADV_HUGEPAGE`). A lookup touches
+//! Node memory comes from an arena of anonymous mappings growing geometrically from 256 KiB to
+//! 64 MiB; from 2 MiB on they are 2 MiB-aligned and, when the tree asks for it, advised for
+//! transparent huge pages (`MADV_HUGEPAGE`), so a small tree (a table of a few rows) costs
+//! little memory and a large one gets huge pages. A lookup touches
 //! three or four nodes scattered over the whole tree; with 4 KiB pages each costs a TLB miss
 //! and, in a virtual machine, a two-dimensional page walk, which on a tree of 1M records is as
 //! much as the cache misses of the search itself. With 2 MiB pages a tree of a few hundred MiB
@@ -99,8 +101,12 @@ struct Ids {
     arena: Arena,
 }
 
-/// The alignment (and the size granule) of the arena's mappings: one huge page.
+/// A huge page: the alignment and size granule of the arena's large mappings.
 const HUGE_PAGE: usize = 2 << 20;
+/// The size granule of the small ones.
+const SMALL_PAGE: usize = 4 << 10;
+/// The first mapping's size.
+const MIN_CHUNK: usize = 256 << 10;
 /// The largest mapping the arena makes at once.
 const MAX_CHUNK: usize = 64 << 20;
 
@@ -149,9 +155,11 @@ impl Arena {
                 (next, true)
             }
             _ => {
-                // Geometric growth: small trees map 2 MiB, large ones up to 64 MiB at a time.
-                let len = self.mapped.clamp(HUGE_PAGE, MAX_CHUNK).max(self.block).next_multiple_of(HUGE_PAGE);
-                let start = map_chunk(len, self.huge_pages);
+                // Geometric growth: each mapping as large as all before it, 256 KiB to 64 MiB.
+                let len = self.mapped.clamp(MIN_CHUNK, MAX_CHUNK).max(self.block);
+                let huge = len >= HUGE_PAGE;
+                let len = len.next_multiple_of(if huge { HUGE_PAGE } else { SMALL_PAGE });
+                let start = map_chunk(len, huge, huge && self.huge_pages);
                 self.chunks.push((start, len));
                 self.mapped += len;
                 self.tail = Some((start, len));
@@ -169,11 +177,11 @@ impl Drop for Arena {
     }
 }
 
-/// Maps `len` bytes (a multiple of [`HUGE_PAGE`]) of zeroed memory aligned to [`HUGE_PAGE`],
-/// advised for transparent huge pages if `huge_pages` (a hint: ignored where the kernel has
-/// none). Out of memory is fatal, as for any allocation.
-fn map_chunk(len: usize, huge_pages: bool) -> NonNull<u8> {
-    let over = len + HUGE_PAGE;
+/// Maps `len` bytes of zeroed memory, aligned to [`HUGE_PAGE`] if `aligned` (`len` then a
+/// multiple of it), advised for transparent huge pages if `huge_pages` (a hint: ignored where
+/// the kernel has none). Out of memory is fatal, as for any allocation.
+fn map_chunk(len: usize, aligned: bool, huge_pages: bool) -> NonNull<u8> {
+    let over = if aligned { len + HUGE_PAGE } else { len };
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
     // existing memory.
     let raw = unsafe {
@@ -190,15 +198,16 @@ fn map_chunk(len: usize, huge_pages: bool) -> NonNull<u8> {
         std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(len, HUGE_PAGE).expect("valid layout"));
     }
     let raw = raw.cast::<u8>();
-    let head = raw.align_offset(HUGE_PAGE);
-    // SAFETY: `head < HUGE_PAGE`, so `raw + head .. raw + head + len` lies within the `over`
-    // bytes just mapped; the slack before and after it is unmapped and never used.
+    let head = if aligned { raw.align_offset(HUGE_PAGE) } else { 0 };
+    // SAFETY: `head + len <= over` (`head < HUGE_PAGE` when aligned, 0 otherwise), so
+    // `raw + head .. raw + head + len` lies within the bytes just mapped; the slack before and
+    // after it (page-granular: `raw` and `HUGE_PAGE` are) is unmapped and never used.
     let start = unsafe {
         if head > 0 {
             libc::munmap(raw.cast(), head);
         }
-        if HUGE_PAGE - head > 0 {
-            libc::munmap(raw.add(head + len).cast(), HUGE_PAGE - head);
+        if over - head - len > 0 {
+            libc::munmap(raw.add(head + len).cast(), over - head - len);
         }
         raw.add(head)
     };
@@ -264,9 +273,10 @@ impl PageTable {
     pub(crate) fn get<'g>(&self, pid: u32, _guard: &'g Guard) -> Option<&'g Node> {
         let ptr = self.slot(pid)?.load(Acquire);
         // SAFETY: a non-null entry is the address of a node of this table's page size,
-        // published by `alloc`; `free` unlinks it and defers dropping it until every guard
-        // pinned at that time is gone, and `_guard` was pinned before this load, so the node
-        // outlives `'g`.
+        // published by `alloc`; `free` unlinks it and defers giving its block back to the arena
+        // until every guard pinned at that time is gone, and `_guard` was pinned before this
+        // load, so the node is neither reused nor unmapped within `'g` (the arena's mappings
+        // outlive the table, which outlives `&self`).
         (!ptr.is_null()).then(|| unsafe { &*self.node_ptr(ptr) })
     }
 
@@ -425,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn reused_blocks_come_back_zeroed_and_the_arena_grows_in_huge_pages() {
+    fn reused_blocks_come_back_zeroed_and_the_arena_grows_to_huge_pages() {
         let table = PageTable::new(16384, true);
         let guard = crossbeam_epoch::pin();
         let (pid, node) = table.alloc(&guard);
@@ -440,7 +450,12 @@ mod tests {
             table.alloc(&guard);
         }
         let ids = table.ids.lock().unwrap();
-        assert!(ids.arena.chunks.iter().all(|&(p, len)| p.as_ptr() as usize % HUGE_PAGE == 0 && len % HUGE_PAGE == 0));
-        assert!(ids.arena.chunks.len() >= 2, "301 nodes of 16 KiB take more than one 2 MiB chunk");
+        let sizes: Vec<usize> = ids.arena.chunks.iter().map(|&(_, len)| len).collect();
+        // 301 nodes of 16 KiB: 256 KiB, 256 KiB, 512 KiB, 1 MiB, then 2 MiB and 4 MiB aligned.
+        assert_eq!(sizes[..4], [256 << 10, 256 << 10, 512 << 10, 1 << 20], "{sizes:?}");
+        assert!(sizes.len() >= 5 && sizes.iter().sum::<usize>() < 3 * 301 * 16448, "{sizes:?}");
+        for &(p, len) in &ids.arena.chunks {
+            assert!(len < HUGE_PAGE || (p.as_ptr() as usize % HUGE_PAGE == 0 && len % HUGE_PAGE == 0), "{sizes:?}");
+        }
     }
 }

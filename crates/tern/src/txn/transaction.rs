@@ -420,11 +420,14 @@ impl<'db> Txn<'db> {
 
     /// Unlinks the transaction's versions, newest write first, and ends it.
     fn rollback(&mut self) {
-        let guard = crossbeam_epoch::pin();
         let mut retired = 0;
         let mut refold = Vec::new();
         let writes = self.writer.as_mut().map(|w| std::mem::take(&mut w.writes)).unwrap_or_default();
+        // Pinned only to retire versions: a transaction that wrote nothing (every read-only one)
+        // ends without the pin's fence.
+        let guard = (!writes.is_empty()).then(crossbeam_epoch::pin);
         for w in writes.into_iter().rev() {
+            let guard = guard.as_ref().expect("pinned: there are writes");
             let table = w.table.as_deref().unwrap_or(&*self.db.default_table);
             // SAFETY: our version, linked in its chain while we hold the key's lock.
             let v = unsafe { &*w.version };
@@ -442,7 +445,7 @@ impl<'db> Txn<'db> {
             match unlinked {
                 Ok((_, Some(older))) => {
                     // SAFETY: unlinked just now (the chain's head was our version).
-                    unsafe { retire(w.version, &guard) };
+                    unsafe { retire(w.version, guard) };
                     retired += 1;
                     if older {
                         // What is left may fold back into a plain value.
