@@ -32,8 +32,9 @@ tree, the threads splitting the work; std-btreemap only single-threaded.
 The slot-array layouts (sorted, branchfree) run with and without the node hint array (--hints):
 a variant named LAYOUT+hints keeps 16 samples of each node's slot heads and binary-searches only
 the slots between two samples. Node memory is advised for transparent huge pages unless
---huge-pages off (variants named +nohuge). Variants of one point run interleaved, once per round; vs base
-is against sorted at prefetch 0 without hints. ns_per_op is one thread's time per operation.";
+--huge-pages off (variants named +nohuge). Variants of one point run interleaved, once per
+round; vs base is against sorted at prefetch 0 without hints. ns_per_op is one thread's time
+per operation.";
 
 /// A switch measured on and off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -154,9 +155,8 @@ impl TreeArgs {
     fn shapes(&self) -> Vec<Shape> {
         let mut v = Vec::new();
         for &layout in &self.layout {
-            let slot_array = matches!(layout, Layout::Sorted | Layout::BranchFree);
             let mut hints: Vec<bool> =
-                self.hints.iter().map(|&h| h == Switch::On).filter(|&h| slot_array || !h).collect();
+                self.hints.iter().map(|&h| h == Switch::On).filter(|&h| layout.searches_slots() || !h).collect();
             if hints.is_empty() {
                 hints.push(false);
             }

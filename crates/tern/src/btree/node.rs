@@ -1,7 +1,6 @@
 //! The slotted node format on a page, and the node search.
 //!
 //! ```text
-//! 0        64                 64+16n          heap_start                            page_size
 //! 0      40       104                104+16n         heap_start                          page_size
 //! [header][hints][slot 0]...[slot n-1][  free  ][search array][records ...][fences]
 //! ```
@@ -205,19 +204,26 @@ impl<'a> NodeRef<'a> {
         self.slot_word(i, 0)
     }
 
+    /// Slot `i`'s record offset, key suffix length and payload (one load of its word 1).
+    #[inline]
+    fn slot_record(self, i: usize) -> (usize, usize, u32) {
+        let w = self.slot_word(i, 1);
+        ((w & 0xFFFF) as usize, (w >> 16 & 0xFFFF) as usize, (w >> 32) as u32)
+    }
+
     #[inline]
     fn key_off(self, i: usize) -> usize {
-        (self.slot_word(i, 1) & 0xFFFF) as usize
+        self.slot_record(i).0
     }
 
     #[inline]
     fn key_len(self, i: usize) -> usize {
-        (self.slot_word(i, 1) >> 16 & 0xFFFF) as usize
+        self.slot_record(i).1
     }
 
     #[inline]
     fn payload(self, i: usize) -> u32 {
-        (self.slot_word(i, 1) >> 32) as u32
+        self.slot_record(i).2
     }
 
     /// The child of slot `i`, or the upper child for `i == count` (inner nodes).
@@ -277,8 +283,7 @@ impl<'a> NodeRef<'a> {
     /// are at least 8 bytes long their first 8 bytes are equal, so only the rest is compared.
     #[inline]
     fn cmp_suffix_after_head(self, i: usize, suffix: &[u8]) -> Ordering {
-        let w = self.slot_word(i, 1);
-        let (off, len) = ((w & 0xFFFF) as usize, (w >> 16 & 0xFFFF) as usize);
+        let (off, len, _) = self.slot_record(i);
         match suffix.get(8..) {
             Some(rest) if len >= 8 => self.page.compare(off + 8, len - 8, rest),
             _ => self.page.compare(off, len, suffix),
@@ -405,7 +410,7 @@ impl<'a> NodeRef<'a> {
     #[inline]
     fn hint_range(self, n: usize, h: u64) -> (usize, usize) {
         let d = hint_spacing(n);
-        if d == 0 || self.page.u16_at(H_FLAGS) & FLAG_HINTS == 0 {
+        if d == 0 || !self.has_hints() {
             return (0, n);
         }
         // Hint j samples slot (j + 1) * d. A hint below h's top 32 bits means that slot's head
@@ -433,12 +438,9 @@ impl<'a> NodeRef<'a> {
     /// wait for one miss, not one per line.
     #[inline]
     fn prefetch_record(self, i: usize) {
-        let w = self.slot_word(i, 1);
-        let off = (w & 0xFFFF) as usize;
-        let mut len = (w >> 16 & 0xFFFF) as usize;
-        if self.is_leaf() {
-            len += (w >> 32 & 0xFFFF) as usize;
-        }
+        let (off, key_len, payload) = self.slot_record(i);
+        // A leaf's payload holds its value's length in the low 16 bits.
+        let len = key_len + if self.is_leaf() { (payload & 0xFFFF) as usize } else { 0 };
         // Strides of a line from the start, then the last byte: every line the bytes touch,
         // wherever the page sits relative to line boundaries.
         let end = off + len.clamp(1, 4 * search::CACHE_LINE);
@@ -459,6 +461,7 @@ impl<'a> NodeRef<'a> {
     }
 
     /// Whether the node keeps a hint array.
+    #[inline]
     pub(crate) fn has_hints(self) -> bool {
         self.page.u16_at(H_FLAGS) & FLAG_HINTS != 0
     }
@@ -469,7 +472,12 @@ impl<'a> NodeRef<'a> {
         if !self.has_hints() || d == 0 {
             return None;
         }
-        (0..HINTS).find(|&j| self.page.u32_at(H_HINTS + 4 * j) != (self.head((j + 1) * d) >> 32) as u32)
+        (0..HINTS).find(|&j| self.page.u32_at(H_HINTS + 4 * j) != self.hint_of((j + 1) * d))
+    }
+
+    /// The hint that samples slot `i`: its head's top 32 bits.
+    fn hint_of(self, i: usize) -> u32 {
+        (self.head(i) >> 32) as u32
     }
 
     /// Rewrites the hints that sample slots at or after `from` (all of them if the spacing
@@ -485,7 +493,7 @@ impl<'a> NodeRef<'a> {
         }
         let first = if hint_spacing(old_count) == d { (from / d).saturating_sub(1) } else { 0 };
         for j in first..HINTS {
-            self.page.set_u32(H_HINTS + 4 * j, (self.head((j + 1) * d) >> 32) as u32);
+            self.page.set_u32(H_HINTS + 4 * j, self.hint_of((j + 1) * d));
         }
     }
 
@@ -628,13 +636,12 @@ impl<'a> NodeRef<'a> {
         let off = if old_off != 0 && old_cap >= entries.len() {
             old_off
         } else {
-            let spare = layout_len(layout, n + n / 4 + 8);
-            let one_more = layout_len(layout, n + 1);
-            let attempt = |cap: usize| self.alloc(cap * SEARCH_ENTRY, 8).map(|off| (off, cap));
-            let fit = match fresh {
-                Fresh::Spare => attempt(spare).or_else(|| attempt(entries.len())),
-                Fresh::OneMore => attempt(one_more).or_else(|| attempt(entries.len())),
+            let wanted = match fresh {
+                Fresh::Spare => layout_len(layout, n + n / 4 + 8),
+                Fresh::OneMore => layout_len(layout, n + 1),
             };
+            let attempt = |cap: usize| self.alloc(cap * SEARCH_ENTRY, 8).map(|off| (off, cap));
+            let fit = attempt(wanted).or_else(|| attempt(entries.len()));
             let Some((off, cap)) = fit else { return false };
             if old_off != 0 {
                 self.add_garbage(old_cap * SEARCH_ENTRY);
@@ -651,15 +658,14 @@ impl<'a> NodeRef<'a> {
     }
 }
 
-/// How much a freshly allocated search array holds.
+/// How much a freshly allocated search array holds (or just the slots, if that does not fit).
 #[derive(Clone, Copy)]
 enum Fresh {
-    /// A quarter more than the slots (plus 8), so the next inserts rebuild it in place; or
-    /// just the slots if that does not fit. For changes in place.
+    /// A quarter more than the slots (plus 8), so the next inserts rebuild it in place. For
+    /// changes in place.
     Spare,
-    /// The slots and one more, exactly, or just the slots if that does not fit. For a node
-    /// built afresh: the space a rebuild leaves is then known in advance
-    /// ([`NodeRef::fits_after_rebuild`]).
+    /// The slots and one more, exactly. For a node built afresh: the space a rebuild leaves is
+    /// then known in advance ([`NodeRef::fits_after_rebuild`]).
     OneMore,
 }
 
@@ -670,7 +676,12 @@ fn layout_len(layout: Layout, n: usize) -> usize {
 
 /// Whether `layout` searches a separate array rather than the slot array.
 pub(crate) fn uses_search_array(layout: Layout) -> bool {
-    matches!(layout, Layout::Eytzinger | Layout::BTree)
+    !layout.searches_slots()
+}
+
+/// Whether a node built in `layout` for a tree configured with `hints` keeps a hint array.
+pub(crate) fn keeps_hints(layout: Layout, hints: bool) -> bool {
+    hints && layout.searches_slots()
 }
 
 /// Bytes of a search array for `n` slots, with alignment slack.
@@ -844,7 +855,7 @@ pub(crate) fn build(page: &Page, spec: &NodeSpec<'_>, entries: &[Entry], layout:
         scratch.set_u16(H_LOWER_LEN, lower.len() as u16);
         flags |= FENCE_LOWER;
     }
-    if hints && !uses_search_array(layout) {
+    if keeps_hints(layout, hints) {
         flags |= FLAG_HINTS;
     }
     scratch.set_u16(H_FLAGS, flags);

@@ -288,7 +288,7 @@ impl PageTable {
 
     /// Allocates a zeroed page; returns its id and node.
     pub(crate) fn alloc<'g>(&self, guard: &'g Guard) -> (u32, &'g Node) {
-        let (pid, block, zeroed) = {
+        let (pid, block, zeroed, size) = {
             let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
             ids.live += 1;
             let pid = ids.free.pop().unwrap_or_else(|| {
@@ -298,16 +298,15 @@ impl PageTable {
                 pid
             });
             let (block, zeroed) = ids.arena.take();
-            (pid, block, zeroed)
+            (pid, block, zeroed, ids.arena.block)
         };
         self.ensure_segment(pid);
-        let size = Node::layout(self.page_size).size();
         if !zeroed {
             // SAFETY: a reclaimed block of `size` bytes that only this call now owns.
             unsafe { std::ptr::write_bytes(block.as_ptr(), 0, size) };
         }
         // SAFETY: the arena's blocks have a node's size and 64-byte alignment (mappings are
-        // 2 MiB-aligned, blocks a multiple of 64 bytes); this one is zeroed and ours alone.
+        // page-aligned, blocks a multiple of 64 bytes); this one is zeroed and ours alone.
         let node = unsafe { Node::init(block, self.page_size) };
         self.slot(pid).expect("segment ensured").store(node.cast::<u8>(), Release);
         (pid, self.get(pid, guard).expect("just stored"))

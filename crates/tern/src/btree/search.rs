@@ -204,6 +204,12 @@ impl Layout {
             Layout::BTree => "btree",
         }
     }
+
+    /// Whether a B+tree node in this layout is searched in its slot array (sorted,
+    /// branch-free), and so can keep a hint array; the others search an array of their own.
+    pub fn searches_slots(self) -> bool {
+        matches!(self, Layout::Sorted | Layout::BranchFree)
+    }
 }
 
 impl std::fmt::Display for Layout {

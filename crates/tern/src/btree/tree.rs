@@ -761,7 +761,7 @@ impl BTree {
         if let Some(k) = keys.iter().find(|k| !in_range(k)) {
             return Err(format!("{here}: key {k:?} outside its fences"));
         }
-        if n.has_hints() != (self.hints && !node::uses_search_array(self.layout)) {
+        if n.has_hints() != node::keeps_hints(self.layout, self.hints) {
             return Err(format!("{here}: hints kept: {}, tree config: {}", n.has_hints(), self.hints));
         }
         if let Some(j) = n.stale_hint() {
