@@ -26,6 +26,7 @@ use crate::checkpoint::{self, CheckpointStats};
 use crate::fs::{Fs, StdFs};
 use crate::lock::{LockConfig, LockManager, LockStats};
 use crate::recovery::{self, DirLock, Recovered, RecoveryStats};
+use crate::settings::{self, Settings};
 use crate::sync::{LatchClass, LatchStats, Mutex, RwLatch, SpinConfig, SpinPolicy};
 use crate::txn::gc::{self, Collected, Gc, Item};
 use crate::txn::{Counter, Counters, GlobalList, Txn, TxnOptions, Writer};
@@ -60,8 +61,9 @@ pub struct Options {
     pub tracking: TxnTracking,
     /// The write-ahead log (databases opened with [`Db::open`]).
     pub wal: WalConfig,
-    /// Writes fail with [`Error::MemoryBudget`] once the tables' pages take more than this many
-    /// bytes (`None`: no limit).
+    /// Writes that would grow the data fail with [`Error::MemoryBudget`] once the tables' pages
+    /// take more than this many bytes (`None`: no limit). Deletes, and values no larger than
+    /// the ones they replace, still go through, so a database over its budget can shrink.
     pub memory_budget: Option<u64>,
 }
 
@@ -117,6 +119,9 @@ struct Catalog {
     by_id: Vec<Arc<TableInner>>,
 }
 
+/// The longest table name, in bytes.
+pub const MAX_TABLE_NAME: usize = 1024;
+
 /// Write states (locker and write list) kept for reuse, per shard of threads: a write transaction
 /// takes one at its first write and returns it at its end.
 const WRITER_SHARDS: usize = 16;
@@ -170,10 +175,19 @@ impl Db {
     pub fn open_with_fs(path: impl AsRef<Path>, options: Options, fs: Arc<dyn Fs>) -> Result<Db> {
         let dir = path.as_ref();
         check_wal_config(&options.wal)?;
-        fs.create_dir_all(dir)
-            .map_err(|source| Error::Io { what: format!("creating database directory {}", dir.display()), source })?;
+        options.tree.validate()?;
+        create_dir(&*fs, dir)?;
         let lock = recovery::lock_dir(dir)?;
+        // The page size is the database's once it exists (see `settings`).
+        let stored = settings::read(&*fs, dir)?;
+        let mut options = options;
+        if let Some(s) = stored {
+            options.tree = s.apply(options.tree);
+        }
         let recovered = recovery::recover(&*fs, dir, options.tree, true)?;
+        if stored.is_none() {
+            settings::write(&*fs, dir, &Settings::of(&options.tree))?;
+        }
         crate::txn::context::clock_advance_to(recovered.max_ts);
         let Recovered { tables, log_files, end, next_log_seq, checkpoint_seq, checkpoint_lsn, stats, .. } = recovered;
         let wal = Wal::create(fs.clone(), dir, options.wal, log_files, next_log_seq, end, checkpoint_lsn)?;
@@ -305,11 +319,17 @@ impl Db {
         Ok(Txn::begin(&self.inner, options))
     }
 
-    /// Creates table `name` ([`Error::TableExists`] if taken). Names are any UTF-8 but `""`,
-    /// the default table's.
+    /// Creates table `name` ([`Error::TableExists`] if taken). Names are any UTF-8 of 1 to
+    /// [`MAX_TABLE_NAME`] bytes (`""` is the default table's).
     pub fn create_table(&self, name: &str) -> Result<Table> {
         if name.is_empty() {
             return Err(Error::InvalidArgument("table names must not be empty (\"\" is the default table)".into()));
+        }
+        if name.len() > MAX_TABLE_NAME {
+            return Err(Error::InvalidArgument(format!(
+                "a table name of {} bytes is longer than the maximum of {MAX_TABLE_NAME}",
+                name.len()
+            )));
         }
         let mut catalog = self.inner.catalog.write();
         if catalog.by_name.contains_key(name) {
@@ -394,6 +414,23 @@ impl Db {
             recovery: inner.durable.as_ref().map(|d| d.recovery.clone()),
         }
     }
+}
+
+/// Creates the database directory `dir` and any missing parents, and syncs the directory
+/// above each one created, so that the new directory survives a power loss with the files
+/// that will be synced in it.
+fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).collect();
+    let io = |what: String| move |source| Error::Io { what, source };
+    fs.create_dir_all(dir).map_err(io(format!("creating database directory {}", dir.display())))?;
+    for created in missing {
+        let parent = match created.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        fs.sync_dir(parent).map_err(io(format!("syncing directory {}", parent.display())))?;
+    }
+    Ok(())
 }
 
 /// Refuses log settings that cannot work.

@@ -141,8 +141,8 @@ impl Fs for StdFs {
 }
 
 /// Faults a [`FaultFs`] injects; change them at any time (every field is atomic), from any
-/// thread.
-#[derive(Debug, Default)]
+/// thread. The default injects none.
+#[derive(Debug)]
 pub struct Faults {
     /// Writes accept at most half of what they are given (at least one byte).
     pub short_writes: AtomicBool,
@@ -156,12 +156,41 @@ pub struct Faults {
     pub bytes_written: AtomicU64,
     /// Syncs that succeeded.
     pub syncs: AtomicU64,
+    /// Operations (any call on the file system or one of its files) that may still run; every
+    /// later one fails with `EIO` (`u64::MAX`: no limit). Stopping every operation from the
+    /// `n`-th on leaves the files as a crash at that instant would (unsynced data aside), so
+    /// tests walk `n` over every step of a procedure.
+    pub ops_left: AtomicU64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            short_writes: AtomicBool::new(false),
+            fail_writes: AtomicBool::new(false),
+            fail_syncs: AtomicBool::new(false),
+            space_left: AtomicU64::new(u64::MAX),
+            bytes_written: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            ops_left: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl Faults {
     /// No faults.
     pub fn none() -> Arc<Faults> {
-        Arc::new(Faults { space_left: AtomicU64::new(u64::MAX), ..Faults::default() })
+        Arc::new(Faults::default())
+    }
+
+    /// Counts one operation against [`Faults::ops_left`]; `EIO` once none is left.
+    fn step(&self, what: &str) -> io::Result<()> {
+        let took = self.ops_left.fetch_update(Relaxed, Relaxed, |left| match left {
+            u64::MAX => Some(left),
+            0 => None,
+            n => Some(n - 1),
+        });
+        took.map(drop).map_err(|_| io::Error::other(format!("injected stop before {what}")))
     }
 }
 
@@ -198,6 +227,7 @@ fn eio(what: &str) -> io::Error {
 impl FsFile for FaultFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let f = &self.faults;
+        f.step("write")?;
         if f.fail_writes.load(Relaxed) {
             return Err(eio("write"));
         }
@@ -219,6 +249,7 @@ impl FsFile for FaultFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        self.faults.step("fdatasync")?;
         if self.faults.fail_syncs.load(Relaxed) {
             return Err(eio("fdatasync"));
         }
@@ -230,32 +261,39 @@ impl FsFile for FaultFile {
 
 impl Fs for FaultFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.faults.step("mkdir")?;
         StdFs.create_dir_all(dir)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.faults.step("listing")?;
         StdFs.list(dir)
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.faults.step("create")?;
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
         Ok(Box::new(FaultFile { inner: StdFile(file), faults: self.faults.clone() }))
     }
 
     fn append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.faults.step("open")?;
         let file = std::fs::OpenOptions::new().append(true).open(path)?;
         Ok(Box::new(FaultFile { inner: StdFile(file), faults: self.faults.clone() }))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        self.faults.step("open")?;
         StdFs.open_read(path)
     }
 
     fn len(&self, path: &Path) -> io::Result<u64> {
+        self.faults.step("stat")?;
         StdFs.len(path)
     }
 
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        self.faults.step("truncate")?;
         if self.faults.fail_syncs.load(Relaxed) {
             return Err(eio("truncate"));
         }
@@ -263,14 +301,17 @@ impl Fs for FaultFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.faults.step("rename")?;
         StdFs.rename(from, to)
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        self.faults.step("remove")?;
         StdFs.remove(path)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.faults.step("directory fsync")?;
         if self.faults.fail_syncs.load(Relaxed) {
             return Err(eio("directory fsync"));
         }

@@ -13,6 +13,8 @@
 //! * [`wal`]: the write-ahead log: commit records, group commit, log files.
 //! * [`checkpoint`]: checkpoint files (the database as of one snapshot).
 //! * [`recovery`]: opening a directory: lock, load the checkpoint, replay the log.
+//! * `settings`: what a database's stored data depends on (its page size), kept in the
+//!   database.
 //! * [`fs`]: the file-system trait every write goes through (and a faulty one for tests).
 //! * [`sync`]: latches (mutex, scalable reader-writer latch, optimistic hybrid latch), their spin
 //!   policies and counters.
@@ -27,12 +29,13 @@ pub mod error;
 pub mod fs;
 pub mod lock;
 pub mod recovery;
+mod settings;
 pub mod stats;
 pub mod sync;
 pub mod txn;
 pub mod wal;
 
-pub use db::{Db, DbStats, Options, Table, TxnTracking};
+pub use db::{Db, DbStats, Options, Table, TxnTracking, MAX_TABLE_NAME};
 pub use error::{Error, Result};
 pub use recovery::RecoveryStats;
 pub use txn::{Txn, TxnOptions};

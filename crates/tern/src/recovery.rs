@@ -92,7 +92,9 @@ pub(crate) struct Recovered {
 pub(crate) fn recover(fs: &dyn Fs, dir: &Path, config: TreeConfig, repair: bool) -> Result<Recovered> {
     let started = Instant::now();
     let mut stats = RecoveryStats::default();
-    let (newest, others) = checkpoint::list(fs, dir)?;
+    let (newest, mut others) = checkpoint::list(fs, dir)?;
+    let names = fs.list(dir).map_err(|source| Error::Io { what: format!("listing {}", dir.display()), source })?;
+    others.extend(names.into_iter().filter(|n| crate::wal::is_unfinished(n) || crate::settings::is_unfinished(n)));
     if repair {
         for name in others {
             fs.remove(&dir.join(&name)).map_err(|source| Error::Io { what: format!("removing {name}"), source })?;
@@ -157,6 +159,8 @@ fn apply(
             }
             Ok(())
         }
+        // `scan` hands out whole commits, parts merged.
+        Record::Part { .. } => Err("a commit part outside its commit".into()),
         Record::CreateTable { id, name, .. } => match tables.get(id as usize) {
             Some((_, existing, _)) if existing == name => Ok(()),
             Some((_, existing, _)) => Err(format!("table {id} is named {existing:?}, the log says {name:?}")),
@@ -232,7 +236,12 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
         return Err(Error::InvalidArgument(format!("{} is not a database directory", dir.display())));
     }
     let _lock = lock_dir(dir)?;
-    let recovered = recover(&crate::fs::StdFs, dir, TreeConfig::default(), false)?;
+    let fs = crate::fs::StdFs;
+    let config = match crate::settings::read(&fs, dir)? {
+        Some(settings) => settings.apply(TreeConfig::default()),
+        None => TreeConfig::default(),
+    };
+    let recovered = recover(&fs, dir, config, false)?;
     let mut tables = Vec::new();
     for (_, name, tree) in &recovered.tables {
         let shape = tree.check().map_err(|why| Error::Corruption {

@@ -6,6 +6,10 @@
 //! The same binary is parent and child (`harness = false`): with `TERN_CRASH_CHILD` set it runs
 //! the child's workload.
 //!
+//! First, children are killed during the very first open of fresh directories (kill times
+//! spread over how long such an open takes on this machine): every directory left must open.
+//! `TERN_CRASH_FIRST_OPENS` (40) and `TERN_CRASH_ROUNDS` (24) set how many of each.
+//!
 //! Each child thread owns a keyspace (`t/<thread>/...`) and numbers its transactions; the
 //! changes of transaction `seq` of thread `t` are a function of `(t, seq)` and of the state
 //! before it, so the parent can replay any prefix into a model. After a kill, for each thread,
@@ -82,6 +86,11 @@ fn changes(t: u64, seq: u64, read: impl Fn(&[u8]) -> Option<Vec<u8>>) -> Vec<(Ve
 fn child(dir: &Path, mode: &str) {
     let db = Db::open(dir, options(mode)).expect("the child opens the database");
     let out = Arc::new(Mutex::new(std::io::stdout()));
+    {
+        let mut out = out.lock().unwrap();
+        writeln!(out, "open").unwrap();
+        out.flush().unwrap();
+    }
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (db, out) = (&db, out.clone());
@@ -166,50 +175,99 @@ fn verify(dir: &Path, acked: &[u64], mode: &str, round: usize) -> Vec<u64> {
     recovered
 }
 
+/// What the parent saw of one child: its acknowledged commits, and whether it got its database
+/// open.
+struct Seen {
+    acked: Vec<u64>,
+    opened: bool,
+}
+
+/// Runs a child on `dir` in `mode`, kills it (SIGKILL) after `wait`, and returns what it
+/// acknowledged (counting on from `acked`) and how long it took to open the database.
+fn run_child(dir: &Path, mode: &str, acked: &[u64], wait: Duration) -> (Seen, Option<Duration>) {
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(&exe)
+        .env("TERN_CRASH_CHILD", dir)
+        .env("TERN_CRASH_MODE", mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new((Seen { acked: acked.to_vec(), opened: false }, None)));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut seen = seen.lock().unwrap();
+                if line == "open" {
+                    seen.0.opened = true;
+                    seen.1 = Some(started.elapsed());
+                    continue;
+                }
+                let mut parts = line.split(' ').map(|p| p.parse::<u64>().unwrap());
+                let (t, seq) = (parts.next().unwrap(), parts.next().unwrap());
+                assert_eq!(seq, seen.0.acked[t as usize] + 1, "the child skipped a number");
+                seen.0.acked[t as usize] = seq;
+            }
+        })
+    };
+    std::thread::sleep(wait);
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child ended on its own: {status}");
+    reader.join().unwrap();
+    let (seen, opened_after) =
+        std::mem::replace(&mut *seen.lock().unwrap(), (Seen { acked: Vec::new(), opened: false }, None));
+    (seen, opened_after)
+}
+
+/// Kills children during the very first open of fresh directories (creating the directory,
+/// its lock, settings and first log file): each directory left must open with every
+/// acknowledged commit. The kill times are spread over how long a first open takes here
+/// (measured first), so the kills land inside it on any machine.
+fn first_opens(root: &Path, rounds: usize) {
+    let (_, opened_after) =
+        run_child(&root.join("measure"), "sync", &[0; THREADS as usize], Duration::from_millis(300));
+    let window = opened_after.expect("a child opens a fresh database within 300 ms").max(Duration::from_millis(1));
+    let mut during_open = 0;
+    for round in 0..rounds {
+        let dir = root.join(format!("fresh{round}")).join("db");
+        let r = mix(round as u64 ^ 0xf1e5);
+        let wait = window.mul_f64((r % 1000) as f64 / 800.0);
+        let (seen, _) = run_child(&dir, "sync", &[0; THREADS as usize], wait);
+        during_open += usize::from(!seen.opened);
+        if dir.exists() {
+            verify(&dir, &seen.acked, "sync", round);
+        }
+    }
+    eprintln!(
+        "first opens: {rounds} kills within {:.1} ms of start, {during_open} before the open returned: every directory opened",
+        window.as_secs_f64() * 1e3 * 1.25
+    );
+}
+
 fn main() {
     if let Ok(dir) = std::env::var("TERN_CRASH_CHILD") {
         child(Path::new(&dir), &std::env::var("TERN_CRASH_MODE").unwrap());
         return;
     }
     let rounds: usize = std::env::var("TERN_CRASH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(24);
+    let fresh: usize = std::env::var("TERN_CRASH_FIRST_OPENS").ok().and_then(|r| r.parse().ok()).unwrap_or(40);
     let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("db");
-    let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
+    first_opens(root.path(), fresh);
+    let dir = root.path().join("db");
     let mut recovered = vec![0u64; THREADS as usize];
     for round in 0..rounds {
         let mode = ["sync", "nosync", "periodic"][round % 3];
-        let mut child = Command::new(&exe)
-            .env("TERN_CRASH_CHILD", &dir)
-            .env("TERN_CRASH_MODE", mode)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let acked = Arc::new(Mutex::new(recovered.clone()));
-        let reader = {
-            let acked = acked.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    let mut parts = line.split(' ').map(|p| p.parse::<u64>().unwrap());
-                    let (t, seq) = (parts.next().unwrap(), parts.next().unwrap());
-                    let mut acked = acked.lock().unwrap();
-                    assert_eq!(seq, acked[t as usize] + 1, "the child skipped a number");
-                    acked[t as usize] = seq;
-                }
-            })
-        };
         // Some kills land during the child's own recovery, most in the middle of its commits.
         let r = mix(round as u64 ^ 0x5eed);
         let wait = if r % 5 == 0 { r % 30 } else { 50 + r % 400 };
-        std::thread::sleep(Duration::from_millis(wait));
-        child.kill().unwrap(); // SIGKILL
-        let status = child.wait().unwrap();
-        assert!(!status.success(), "the child ended on its own: {status}");
-        reader.join().unwrap();
-        let acked = acked.lock().unwrap().clone();
+        let (seen, _) = run_child(&dir, mode, &recovered, Duration::from_millis(wait));
+        let acked = seen.acked;
         // Verify on the directory itself with a clean close (even rounds) or on a copy that
         // is then dropped (odd rounds: the original goes on unrecovered into the next round).
         if round % 2 == 0 {
@@ -228,5 +286,5 @@ fn main() {
             assert_eq!(report.tables.len(), 1);
         }
     }
-    eprintln!("crash test: {rounds} rounds in {:.1} s: ok", started.elapsed().as_secs_f64());
+    eprintln!("crash test: {fresh} first opens and {rounds} rounds in {:.1} s: ok", started.elapsed().as_secs_f64());
 }

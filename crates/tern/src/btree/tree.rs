@@ -59,7 +59,7 @@ impl TreeConfig {
     pub const DEFAULT: TreeConfig =
         TreeConfig { page_size: 16 * 1024, layout: Layout::BranchFree, prefetch: 1, hints: true, huge_pages: true };
 
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
             return Err(Error::InvalidArgument(format!(
                 "page size must be a power of two from 4096 to 65536 bytes, got {}",

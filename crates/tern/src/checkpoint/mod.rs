@@ -219,6 +219,9 @@ struct Blocks {
     name: String,
     input: Box<dyn Read + Send>,
     offset: u64,
+    /// The file's length: a block claiming to run past it is damage, found before any memory
+    /// is allocated for it.
+    len: u64,
     payload: Vec<u8>,
 }
 
@@ -230,6 +233,9 @@ impl Blocks {
         self.read(&mut head, at)?;
         let len = frame_len(&head).map_err(|bad| corruption(&self.name, at, bad.describe()))?;
         let padded = crate::wal::record::framed_len(len) - FRAME;
+        if self.offset + padded as u64 > self.len {
+            return Err(corruption(&self.name, at, "a block runs past the end of the file"));
+        }
         self.payload.resize(padded, 0);
         let mut payload = std::mem::take(&mut self.payload);
         let read = self.read(&mut payload, at);
@@ -263,7 +269,8 @@ pub(crate) fn load(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig) -> Res
     let Some((snapshot, lsn)) = parse_file_header(MAGIC, &head) else {
         return Err(corruption(&name, 0, "not a tern checkpoint (bad header)"));
     };
-    let mut blocks = Blocks { name: name.clone(), input, offset: HEADER as u64, payload: Vec::new() };
+    let len = fs.len(&dir.join(&name)).map_err(io(format!("reading the length of checkpoint {name}")))?;
+    let mut blocks = Blocks { name: name.clone(), input, offset: HEADER as u64, len, payload: Vec::new() };
     let mut tables = Vec::new();
     let mut entries = 0u64;
     let mut at = blocks.next()?;

@@ -24,6 +24,10 @@
 //! 5. A log file is complete and synced before the next one is created, and the next file's
 //!    header (with its start LSN) is synced with its directory entry before records go there.
 //!    Records never span files.
+//! 6. A file named `wal-<seq>.log` always starts with its header: it is written and synced
+//!    under the name `wal-<seq>.tmp` and renamed into place, so a crash between creating the
+//!    file and writing its header leaves a `.tmp` leftover (removed at open), never a log file
+//!    without a header.
 //!
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
@@ -86,6 +90,10 @@ impl Default for WalConfig {
 
 /// A log file's header.
 pub(crate) const HEADER: usize = 32;
+/// The log buffers' initial capacity.
+const BUFFER: usize = 1 << 16;
+/// The capacity a log buffer keeps after a flush (a larger one is shrunk to this).
+const BUFFER_KEPT: usize = 4 << 20;
 const MAGIC: &[u8; 8] = b"TERNWAL1";
 
 /// The header of log file `seq`, whose first record is at `start`.
@@ -106,6 +114,16 @@ pub(crate) fn file_name(seq: u64) -> String {
 /// The sequence number in a log file's name.
 pub(crate) fn parse_file_name(name: &str) -> Option<u64> {
     name.strip_prefix("wal-")?.strip_suffix(".log")?.parse().ok()
+}
+
+/// The name log file `seq` has until its header is on disk.
+fn tmp_name(seq: u64) -> String {
+    format!("wal-{seq:010}.tmp")
+}
+
+/// Whether `name` is a log file whose creation did not finish (see invariant 6).
+pub(crate) fn is_unfinished(name: &str) -> bool {
+    name.strip_prefix("wal-").and_then(|n| n.strip_suffix(".tmp")).is_some_and(|seq| seq.parse::<u64>().is_ok())
 }
 
 /// Group sizes are counted in buckets of powers of two: 1, 2, 3–4, 5–8, …, 129 and more.
@@ -234,11 +252,11 @@ impl Wal {
             config,
             opened_at: start,
             tail: Mutex::with_class(
-                Tail { buf: Vec::with_capacity(1 << 16), end: start, records: 0, appended: 0 },
+                Tail { buf: Vec::with_capacity(BUFFER), end: start, records: 0, appended: 0 },
                 *APPEND_CLASS,
             ),
             group: Group::new(start),
-            io: StdMutex::new(Io { file, seq, file_bytes: HEADER as u64, spare: Vec::with_capacity(1 << 16) }),
+            io: StdMutex::new(Io { file, seq, file_bytes: HEADER as u64, spare: Vec::with_capacity(BUFFER) }),
             files: StdMutex::new(files),
             checkpoint_lsn: AtomicU64::new(checkpoint_lsn),
             checkpoint_asked: AtomicBool::new(false),
@@ -312,6 +330,9 @@ impl Wal {
             write_all(&mut *io.file, &io.spare).map_err(io_err(format!("writing log file {name}")))?;
             io.file_bytes += io.spare.len() as u64;
             io.spare.clear();
+            // A giant commit grew the buffer: give the memory back rather than keep it for good
+            // (the two buffers swap, so each shrinks on its turn).
+            io.spare.shrink_to(BUFFER_KEPT);
             self.group.set_written(end);
             self.count_group(records);
         }
@@ -444,13 +465,14 @@ impl Wal {
 static APPEND_CLASS: std::sync::LazyLock<LatchClass> =
     std::sync::LazyLock::new(|| LatchClass::register("wal.append").unwrap_or(LatchClass::DEFAULT));
 
-/// Creates log file `seq` starting at `start`, header synced, directory synced.
+/// Creates log file `seq` starting at `start`: header written and synced under a temporary
+/// name, renamed into place, directory synced (invariant 6). Appends go to the renamed file.
 fn new_file(fs: &dyn Fs, dir: &Path, seq: u64, start: u64) -> Result<Box<dyn FsFile>> {
-    let name = file_name(seq);
-    let path = dir.join(&name);
-    let mut file = fs.create(&path).map_err(io_err(format!("creating log file {name}")))?;
-    write_all(&mut *file, &header(seq, start)).map_err(io_err(format!("writing log file {name}")))?;
-    file.sync().map_err(io_err(format!("syncing log file {name}")))?;
+    let (name, tmp) = (file_name(seq), tmp_name(seq));
+    let mut file = fs.create(&dir.join(&tmp)).map_err(io_err(format!("creating log file {tmp}")))?;
+    write_all(&mut *file, &header(seq, start)).map_err(io_err(format!("writing log file {tmp}")))?;
+    file.sync().map_err(io_err(format!("syncing log file {tmp}")))?;
+    fs.rename(&dir.join(&tmp), &dir.join(&name)).map_err(io_err(format!("renaming {tmp} to {name}")))?;
     fs.sync_dir(dir).map_err(io_err(format!("syncing directory {}", dir.display())))?;
     Ok(file)
 }

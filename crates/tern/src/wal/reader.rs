@@ -69,8 +69,9 @@ pub(crate) fn scan(
         let data =
             fs.read_all(&path).map_err(|source| Error::Io { what: format!("reading log file {name}"), source })?;
         let Some((head_seq, start)) = parse_header(&data) else {
-            if last && prev_end.is_some() {
-                // Created, but its header was never synced: nothing was logged there.
+            if last && (data.len() < HEADER || data.iter().all(|&b| b == 0)) {
+                // Created, but its header never reached the disk (tern before log files were
+                // renamed into place, `wal` invariant 6): no record can be in it.
                 if repair {
                     fs.remove(&path).map_err(|source| Error::Io { what: format!("removing {name}"), source })?;
                 }
@@ -108,15 +109,51 @@ pub(crate) fn scan(
         }
         let mut pos = HEADER + from.saturating_sub(start) as usize;
         let mut lsn = start.max(from);
+        // The parts read so far of a commit written as several records (see `record.rs`).
+        let mut pending: Option<Pending<'_>> = None;
+        // Where the bad or unfinished bytes at the end begin, if they do.
+        let mut torn_at = None;
         while pos < data.len() {
             match record::decode(&data[pos..]) {
+                Ok((Record::Part { ts, ops }, used)) => {
+                    match &mut pending {
+                        None => pending = Some(Pending { pos, ts, ops, bytes: used }),
+                        Some(p) if p.ts == ts => {
+                            p.ops.extend(ops);
+                            p.bytes += used;
+                        }
+                        Some(p) => {
+                            return Err(corruption(
+                                &name,
+                                pos as u64,
+                                format!("a part of commit {ts} inside commit {}", p.ts),
+                            ))
+                        }
+                    }
+                    pos += used;
+                }
                 Ok((rec, used)) => {
+                    let (rec, bytes) = match (pending.take(), rec) {
+                        (None, rec) => (rec, used),
+                        (Some(p), Record::Commit { ts, ops }) if p.ts == ts => {
+                            let mut all = p.ops;
+                            all.extend(ops);
+                            (Record::Commit { ts, ops: all }, p.bytes + used)
+                        }
+                        (Some(p), _) => {
+                            return Err(corruption(
+                                &name,
+                                p.pos as u64,
+                                "a commit's parts are not followed by its commit",
+                            ))
+                        }
+                    };
                     scan.max_ts = scan.max_ts.max(rec.ts());
                     apply(rec).map_err(|why| corruption(&name, pos as u64, why))?;
                     scan.records += 1;
-                    scan.bytes += used as u64;
+                    scan.bytes += bytes as u64;
                     pos += used;
-                    lsn += used as u64;
+                    lsn += bytes as u64;
                 }
                 Err(Bad::Malformed(why)) => return Err(corruption(&name, pos as u64, why)),
                 Err(bad) => {
@@ -130,15 +167,25 @@ pub(crate) fn scan(
                             format!("{} (a valid record follows at offset {next})", bad.describe()),
                         ));
                     }
-                    if repair {
-                        fs.truncate(&path, pos as u64)
-                            .map_err(|source| Error::Io { what: format!("cutting the torn tail of {name}"), source })?;
-                    }
-                    scan.torn =
-                        Some(TornTail { file: name.clone(), offset: pos as u64, bytes: (data.len() - pos) as u64 });
+                    torn_at = Some(pos);
                     break;
                 }
             }
+        }
+        if let Some(p) = pending {
+            // The commit record of these parts never made it to the file: the whole commit
+            // is unfinished (it was never acknowledged). In an older file that is damage.
+            if !last {
+                return Err(corruption(&name, p.pos as u64, "a commit's parts end with the file"));
+            }
+            torn_at = Some(p.pos);
+        }
+        if let Some(at) = torn_at {
+            if repair {
+                fs.truncate(&path, at as u64)
+                    .map_err(|source| Error::Io { what: format!("cutting the torn tail of {name}"), source })?;
+            }
+            scan.torn = Some(TornTail { file: name.clone(), offset: at as u64, bytes: (data.len() - at) as u64 });
         }
         scan.end = lsn;
         prev_end = Some(lsn);
@@ -146,7 +193,131 @@ pub(crate) fn scan(
     Ok(scan)
 }
 
+/// The parts of a commit read so far: where the first began, their timestamp, ops and bytes.
+struct Pending<'a> {
+    pos: usize,
+    ts: u64,
+    ops: Vec<super::record::Op<'a>>,
+    bytes: usize,
+}
+
 /// The offset of the first valid record after the bad one at `pos`, if any.
 fn valid_record_after(data: &[u8], pos: usize) -> Option<usize> {
     (pos + ALIGN..data.len()).step_by(ALIGN).find(|&at| record::decode(&data[at..]).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::{Op, Payload};
+    use super::super::{file_name, header};
+    use super::*;
+    use crate::fs::StdFs;
+
+    /// The framed records of a commit at `ts` of `n` ops, cut into parts of about 64 bytes.
+    fn commit(ts: u64, n: u8) -> Vec<u8> {
+        let mut p = Payload::with_part_bytes(64);
+        p.start_commit();
+        for i in 0..n {
+            p.push_op(0, &[i], Some(&[i; 20]));
+        }
+        p.set_ts(ts);
+        let mut out = Vec::new();
+        p.frame_into(&mut out);
+        out
+    }
+
+    fn table(ts: u64) -> Vec<u8> {
+        let mut p = Payload::default();
+        p.create_table(1, "t");
+        p.set_ts(ts);
+        let mut out = Vec::new();
+        p.frame_into(&mut out);
+        out
+    }
+
+    /// Writes log file `seq` starting at `start` with `records`.
+    fn log_file(dir: &Path, seq: u64, start: u64, records: &[u8]) {
+        let mut bytes = header(seq, start).to_vec();
+        bytes.extend_from_slice(records);
+        std::fs::write(dir.join(file_name(seq)), bytes).unwrap();
+    }
+
+    /// The commits a scan hands out, as (ts, number of ops), and the scan.
+    fn read(dir: &Path, repair: bool) -> Result<(Vec<(u64, usize)>, Scan)> {
+        let mut got = Vec::new();
+        let scan = scan(&StdFs, dir, 0, repair, |rec| {
+            if let Record::Commit { ts, ops } = rec {
+                assert!(ops
+                    .iter()
+                    .enumerate()
+                    .all(|(i, op)| *op == Op { table: 0, key: &[i as u8], value: Some(&[i as u8; 20]) }));
+                got.push((ts, ops.len()));
+            }
+            Ok(())
+        })?;
+        Ok((got, scan))
+    }
+
+    #[test]
+    fn a_commit_in_parts_is_handed_out_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (big, small) = (commit(5, 12), commit(6, 1));
+        let mut records = big.clone();
+        records.extend_from_slice(&small);
+        log_file(dir.path(), 1, 0, &records);
+        let (got, scan) = read(dir.path(), false).unwrap();
+        assert_eq!(got, [(5, 12), (6, 1)]);
+        assert_eq!((scan.records, scan.bytes, scan.end), (2, records.len() as u64, records.len() as u64));
+        assert_eq!(scan.torn, None);
+    }
+
+    #[test]
+    fn parts_without_their_commit_are_a_torn_tail_in_the_newest_file_and_damage_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = commit(5, 2);
+        let big = commit(6, 12);
+        // Everything but the commit record that ends the parts: cut just before it.
+        let (_, used) = crate::wal::record::decode(&big).unwrap();
+        let mut parts_end = 0;
+        while let Ok((Record::Part { .. }, used)) = crate::wal::record::decode(&big[parts_end..]) {
+            parts_end += used;
+        }
+        assert!(parts_end >= 2 * used, "the commit was cut into parts");
+        for cut in [parts_end, parts_end - 5, used + 3] {
+            let mut records = first.clone();
+            records.extend_from_slice(&big[..cut]);
+            log_file(dir.path(), 1, 0, &records);
+            let (got, scan) = read(dir.path(), true).unwrap();
+            assert_eq!(got, [(5, 2)], "cut at {cut}");
+            let torn = scan.torn.expect("the unfinished commit is a torn tail");
+            assert_eq!((torn.offset, torn.bytes), ((HEADER + first.len()) as u64, cut as u64), "cut at {cut}");
+            assert_eq!(scan.end, first.len() as u64);
+            let len = std::fs::metadata(dir.path().join(file_name(1))).unwrap().len();
+            assert_eq!(len, (HEADER + first.len()) as u64, "repair cuts the parts off");
+        }
+        // The same parts at the end of a file that is not the newest: damage, not a tail.
+        let mut records = first.clone();
+        records.extend_from_slice(&big[..parts_end]);
+        log_file(dir.path(), 1, 0, &records);
+        log_file(dir.path(), 2, records.len() as u64, &commit(9, 1));
+        let err = read(dir.path(), false).unwrap_err();
+        assert!(err.to_string().contains("parts end with the file"), "{err}");
+    }
+
+    #[test]
+    fn parts_followed_by_another_record_are_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = commit(6, 12);
+        let mut parts_end = 0;
+        while let Ok((Record::Part { .. }, used)) = crate::wal::record::decode(&big[parts_end..]) {
+            parts_end += used;
+        }
+        for next in [commit(7, 1), table(6), commit(8, 12)] {
+            let mut records = big[..parts_end].to_vec();
+            records.extend_from_slice(&next);
+            log_file(dir.path(), 1, 0, &records);
+            let err = read(dir.path(), false).unwrap_err();
+            assert!(matches!(err, Error::Corruption { .. }), "{err}");
+        }
+    }
 }

@@ -8,17 +8,44 @@
 //! Payloads:
 //! * commit: `1 | ts: u64 | ops: u32 | op*`, an op being `table: u32 | put: u8 | klen: u32 | key`
 //!   followed, for a put, by `vlen: u32 | value`;
+//! * commit part: `3 | ts: u64 | ops: u32 | op*`: a commit too large for one record is written
+//!   as parts of about [`PART_BYTES`] each, then a commit record with the same timestamp that
+//!   carries the last ops. The parts and their commit are appended together (one hold of the
+//!   append latch), so they are consecutive in one file; a reader applies them together, once
+//!   it has the commit record, and treats parts without it at the log's end as a torn tail;
 //! * table created: `2 | ts: u64 | id: u32 | nlen: u32 | name`.
+//!
+//! # Sizes
+//! A payload is at most [`MAX_PAYLOAD`] (2 GiB) bytes, so its length fits the frame's `u32`.
+//! Writers keep under it by construction: a commit part closes once it holds [`PART_BYTES`]
+//! (64 MiB), and one op is at most a key (an eighth of a 64 KiB page) and a value
+//! ([`MAX_VALUE`](crate::btree::MAX_VALUE), 1 GiB) with 13 bytes of lengths, so no part (and no
+//! checkpoint block, which closes at 256 KiB) exceeds `64 MiB + 1 GiB + 8 KiB + 13`. A
+//! transaction may write any number of bytes.
 
 /// Bytes of a record's frame (checksum and length).
 pub(crate) const FRAME: usize = 8;
 /// Records start at multiples of this.
 pub(crate) const ALIGN: usize = 8;
-/// The longest payload a reader accepts (a longer length field is corruption).
-pub(crate) const MAX_PAYLOAD: usize = 1 << 30;
+/// The longest payload a reader accepts (a longer length field is corruption); writers never
+/// frame a longer one (see "Sizes").
+pub(crate) const MAX_PAYLOAD: usize = 1 << 31;
+/// A commit's payload is cut into parts once it holds this many bytes.
+pub(crate) const PART_BYTES: usize = 64 << 20;
 
 const COMMIT: u8 = 1;
 const CREATE_TABLE: u8 = 2;
+const PART: u8 = 3;
+/// The capacity a payload keeps from one commit to the next.
+const KEPT: usize = 1 << 20;
+/// Kind, timestamp and op count.
+const COMMIT_HEADER: usize = 13;
+
+// The largest payload a writer makes fits the frame: a full part plus one maximal op.
+const _: () = assert!(
+    PART_BYTES + crate::btree::MAX_VALUE + 65536 / 8 + COMMIT_HEADER + 13 <= MAX_PAYLOAD
+        && MAX_PAYLOAD <= u32::MAX as usize
+);
 
 /// One change of a committed transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +68,14 @@ pub enum Record<'a> {
         /// Its changes, in the order it made them.
         ops: Vec<Op<'a>>,
     },
+    /// A prefix of the ops of the commit with the same timestamp, which follows it (a commit
+    /// too large for one record). [`scan`](super::reader) hands out whole commits only.
+    Part {
+        /// The commit's timestamp.
+        ts: u64,
+        /// Its next changes.
+        ops: Vec<Op<'a>>,
+    },
     /// A table was created.
     CreateTable {
         /// The commit clock when it was created.
@@ -56,30 +91,60 @@ impl Record<'_> {
     /// The record's timestamp.
     pub fn ts(&self) -> u64 {
         match self {
-            Record::Commit { ts, .. } | Record::CreateTable { ts, .. } => *ts,
+            Record::Commit { ts, .. } | Record::Part { ts, .. } | Record::CreateTable { ts, .. } => *ts,
         }
     }
 }
 
 /// A commit's payload, built by the committing thread before it takes the log's latch; the
-/// timestamp is filled in under the latch ([`Payload::set_ts`]).
-#[derive(Debug, Default)]
+/// timestamp is filled in under the latch ([`Payload::set_ts`]). A large commit is cut into
+/// parts (see the module doc).
+#[derive(Debug)]
 pub(crate) struct Payload {
+    /// Finished parts (payloads of kind `PART`), oldest first.
+    parts: Vec<Vec<u8>>,
+    /// The payload being filled: the commit record (or the next part).
     bytes: Vec<u8>,
     ops: u32,
+    /// Bytes at which the current payload is closed as a part.
+    part_bytes: usize,
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::with_part_bytes(PART_BYTES)
+    }
 }
 
 impl Payload {
-    /// Starts a commit payload (reusing `self`'s capacity).
+    /// A payload cut into parts at `part_bytes` (tests use small parts).
+    pub fn with_part_bytes(part_bytes: usize) -> Payload {
+        Payload { parts: Vec::new(), bytes: Vec::new(), ops: 0, part_bytes }
+    }
+
+    /// Starts a commit payload (reusing `self`'s capacity, unless a large commit grew it).
     pub fn start_commit(&mut self) {
+        self.parts.clear();
+        self.bytes.shrink_to(KEPT);
+        self.start_part();
+    }
+
+    fn start_part(&mut self) {
         self.bytes.clear();
         self.bytes.push(COMMIT);
-        self.bytes.extend_from_slice(&[0; 12]);
+        self.bytes.extend_from_slice(&[0; COMMIT_HEADER - 1]);
         self.ops = 0;
     }
 
     /// Adds one change.
     pub fn push_op(&mut self, table: u32, key: &[u8], value: Option<&[u8]>) {
+        if self.ops > 0 && self.bytes.len() >= self.part_bytes {
+            // Close what is there as a part; the commit record goes on in a new payload.
+            self.bytes[0] = PART;
+            let next = Vec::with_capacity(self.part_bytes.min(1 << 20));
+            self.parts.push(std::mem::replace(&mut self.bytes, next));
+            self.start_part();
+        }
         let b = &mut self.bytes;
         b.extend_from_slice(&table.to_le_bytes());
         b.push(u8::from(value.is_some()));
@@ -95,6 +160,7 @@ impl Payload {
 
     /// A table-creation payload.
     pub fn create_table(&mut self, id: u32, name: &str) {
+        self.parts.clear();
         self.bytes.clear();
         self.bytes.push(CREATE_TABLE);
         self.bytes.extend_from_slice(&[0; 8]);
@@ -103,19 +169,25 @@ impl Payload {
         self.bytes.extend_from_slice(name.as_bytes());
     }
 
-    /// Fills in the timestamp.
+    /// Fills in the timestamp (of every part).
     pub fn set_ts(&mut self, ts: u64) {
-        self.bytes[1..9].copy_from_slice(&ts.to_le_bytes());
+        for p in self.parts.iter_mut().chain([&mut self.bytes]) {
+            p[1..9].copy_from_slice(&ts.to_le_bytes());
+        }
     }
 
-    /// Appends the framed record to `out`; returns the bytes appended.
+    /// Appends the framed records (parts, then the commit) to `out`; returns the bytes appended.
     pub fn frame_into(&self, out: &mut Vec<u8>) -> usize {
-        frame(&self.bytes, out)
+        let total: usize = self.parts.iter().chain([&self.bytes]).map(|p| framed_len(p.len())).sum();
+        out.reserve(total);
+        self.parts.iter().chain([&self.bytes]).map(|p| frame(p, out)).sum()
     }
 }
 
 /// Appends `payload`, framed (checksum, length, padding), to `out`; returns the bytes appended.
+/// `payload` is at most [`MAX_PAYLOAD`] bytes (writers keep to it by construction, see "Sizes").
 pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) -> usize {
+    assert!(payload.len() <= MAX_PAYLOAD, "a record payload of {} bytes exceeds the log's maximum", payload.len());
     let len = (payload.len() as u32).to_le_bytes();
     let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
     let start = out.len();
@@ -232,7 +304,7 @@ impl<'a> Bytes<'a> {
 fn parse(payload: &[u8]) -> Option<Record<'_>> {
     let mut b = Bytes(payload);
     let record = match b.u8()? {
-        COMMIT => {
+        kind @ (COMMIT | PART) => {
             let ts = b.u64()?;
             let n = b.u32()? as usize;
             // Each op takes at least 9 bytes: a count beyond that is corrupt, not an allocation.
@@ -248,7 +320,11 @@ fn parse(payload: &[u8]) -> Option<Record<'_>> {
                 };
                 ops.push(Op { table, key, value });
             }
-            Record::Commit { ts, ops }
+            if kind == PART {
+                Record::Part { ts, ops }
+            } else {
+                Record::Commit { ts, ops }
+            }
         }
         CREATE_TABLE => {
             let ts = b.u64()?;
@@ -303,6 +379,50 @@ mod tests {
         let mut out = Vec::new();
         p.frame_into(&mut out);
         assert_eq!(decode(&out).unwrap().0, Record::CreateTable { ts: 9, id: 5, name: "users" });
+    }
+
+    #[test]
+    fn a_large_commit_is_cut_into_parts_that_each_fit_a_record() {
+        let mut p = Payload::with_part_bytes(100);
+        p.start_commit();
+        let values: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 30 + 7 * i as usize]).collect();
+        for (i, v) in values.iter().enumerate() {
+            p.push_op(1, &[i as u8], Some(v));
+        }
+        p.set_ts(77);
+        let mut out = Vec::new();
+        let n = p.frame_into(&mut out);
+        assert_eq!(n, out.len());
+        let mut pos = 0;
+        let mut ops = Vec::new();
+        let mut kinds = Vec::new();
+        while pos < out.len() {
+            let (rec, used) = decode(&out[pos..]).unwrap();
+            assert_eq!(rec.ts(), 77, "every part carries the timestamp");
+            match rec {
+                Record::Part { ops: o, .. } => {
+                    kinds.push('p');
+                    ops.extend(o);
+                }
+                Record::Commit { ops: o, .. } => {
+                    kinds.push('c');
+                    ops.extend(o);
+                }
+                other => panic!("{other:?}"),
+            }
+            pos += used;
+        }
+        assert!(kinds.len() > 2 && kinds.last() == Some(&'c'), "{kinds:?}");
+        assert!(kinds[..kinds.len() - 1].iter().all(|&k| k == 'p'), "{kinds:?}");
+        let got: Vec<&[u8]> = ops.iter().map(|o| o.value.unwrap()).collect();
+        assert_eq!(got, values.iter().map(Vec::as_slice).collect::<Vec<_>>(), "the ops in order, none lost");
+        // A commit that fits one part is one record, as before parts existed.
+        let mut p = Payload::default();
+        p.start_commit();
+        p.push_op(0, b"k", Some(b"v"));
+        let mut out = Vec::new();
+        p.frame_into(&mut out);
+        assert!(matches!(decode(&out).unwrap(), (Record::Commit { .. }, n) if n == out.len()));
     }
 
     #[test]

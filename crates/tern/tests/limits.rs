@@ -1,0 +1,290 @@
+//! Sizes and settings at their limits: transactions and values as large as the API accepts
+//! survive commit, close, crash and reopen; a crash at any step of creating a database leaves
+//! one that opens; settings the stored data depends on are kept by the database.
+//!
+//! The largest cases need several GiB of memory and move tens of GiB through memory and disk:
+//! they run one at a time (this file's tests share a lock), and are skipped, saying so, where
+//! the machine has too little memory free or the build is not optimized (a debug build takes
+//! minutes on them; CI runs them with `cargo test --release -p tern --test limits`).
+
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use tern::fs::FaultFs;
+use tern::{Db, Error, Options, WalConfig};
+
+/// One large test at a time: each may hold a few GiB.
+static LARGE: Mutex<()> = Mutex::new(());
+
+/// Bytes of memory the kernel says are available (`MemAvailable`), if it says.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Whether `bytes` of memory are free for a test; prints why it is skipped if not. (Debug
+/// builds ignore the large tests, saying why: they take minutes there.)
+fn can_run_large(test: &str, bytes: u64) -> bool {
+    match available_memory() {
+        Some(free) if free >= bytes => true,
+        free => {
+            eprintln!("SKIPPED {test}: needs {} MiB of free memory, the machine has {free:?} bytes", bytes >> 20);
+            false
+        }
+    }
+}
+
+/// A value of `len` bytes that differs from its neighbours (first and last bytes carry `tag`).
+fn value(len: usize, tag: u8) -> Vec<u8> {
+    let mut v = vec![tag.wrapping_mul(31).wrapping_add(7); len];
+    if let Some(first) = v.first_mut() {
+        *first = tag;
+    }
+    if let Some(last) = v.last_mut() {
+        *last = tag ^ 0xFF;
+    }
+    v
+}
+
+fn get(db: &Db, key: &[u8]) -> Option<Vec<u8>> {
+    db.begin_read().unwrap().get(key).unwrap()
+}
+
+/// Copies a database's files, not its lock (what a crash leaves).
+fn copy_files(from: &Path, to: &Path) {
+    for f in std::fs::read_dir(from).unwrap() {
+        let f = f.unwrap();
+        if f.file_name() != "LOCK" {
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+}
+
+/// A transaction whose log record is larger than one frame of the log can hold (1 GiB before
+/// this was fixed): three 400 MiB values and a marker, committed, then read back after a clean
+/// close without checkpoint (replayed from one log file, and from a rotated log), and after a
+/// crash (a copy of the files taken while the database is open).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "GiB-sized: too slow in a debug build, run with --release")]
+fn a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen() {
+    let _one = LARGE.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run_large("a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen", 7 << 30) {
+        return;
+    }
+    const LEN: usize = 400 << 20;
+    for file_bytes in [8u64 << 30, WalConfig::default().file_bytes] {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("db");
+        let options = Options {
+            // No checkpoint on its own either: the log alone carries the big record.
+            wal: WalConfig {
+                checkpoint_on_close: false,
+                file_bytes,
+                checkpoint_bytes: u64::MAX,
+                ..WalConfig::default()
+            },
+            ..Options::default()
+        };
+        let crashed = root.path().join("crashed");
+        {
+            let db = Db::open(&dir, options).unwrap();
+            let mut txn = db.begin().unwrap();
+            for i in 0..3u8 {
+                txn.put(&[b'v', i], &value(LEN, i)).unwrap();
+            }
+            txn.put(b"marker", b"here").unwrap();
+            txn.commit().unwrap();
+            // One more commit after it: the big one is not the log's last record.
+            let mut txn = db.begin().unwrap();
+            txn.put(b"after", b"1").unwrap();
+            txn.commit().unwrap();
+            std::fs::create_dir(&crashed).unwrap();
+            copy_files(&dir, &crashed);
+            db.close().unwrap();
+        }
+        for path in [&dir, &crashed] {
+            let db = Db::open(path, options).unwrap();
+            let recovery = db.stats().recovery.unwrap();
+            assert_eq!(recovery.torn_tail, None, "file_bytes {file_bytes}: {recovery}");
+            assert_eq!(recovery.records_replayed, 2, "file_bytes {file_bytes}: {recovery}");
+            assert_eq!(get(&db, b"marker").as_deref(), Some(&b"here"[..]), "file_bytes {file_bytes}");
+            assert_eq!(get(&db, b"after").as_deref(), Some(&b"1"[..]));
+            for i in 0..3u8 {
+                assert!(get(&db, &[b'v', i]) == Some(value(LEN, i)), "value {i} differs after reopening");
+            }
+            db.close().unwrap();
+        }
+        // A clean close with the default options checkpoints the values; they load from it.
+        Db::open(&dir, Options::default()).unwrap().close().unwrap();
+        let db = Db::open(&dir, Options::default()).unwrap();
+        let recovery = db.stats().recovery.unwrap();
+        assert!(recovery.checkpoint.is_some() && recovery.records_replayed == 0, "{recovery}");
+        assert_eq!(get(&db, b"marker").as_deref(), Some(&b"here"[..]));
+        for i in 0..3u8 {
+            assert!(get(&db, &[b'v', i]) == Some(value(LEN, i)), "value {i} differs after the checkpoint");
+        }
+    }
+}
+
+/// A value of exactly the documented maximum survives a checkpoint (clean close) and the log
+/// alone (close without checkpoint), in a table of small values around it.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "GiB-sized: too slow in a debug build, run with --release")]
+fn a_value_of_the_largest_accepted_size_survives_checkpoint_and_log() {
+    let _one = LARGE.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run_large("a_value_of_the_largest_accepted_size_survives_checkpoint_and_log", 6 << 30) {
+        return;
+    }
+    let max = tern::btree::MAX_VALUE;
+    for checkpoint_on_close in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        // Without a checkpoint on close nor one on its own: the log alone carries the value.
+        let checkpoint_bytes = if checkpoint_on_close { WalConfig::default().checkpoint_bytes } else { u64::MAX };
+        let options = Options {
+            wal: WalConfig { checkpoint_on_close, checkpoint_bytes, ..WalConfig::default() },
+            ..Options::default()
+        };
+        {
+            let db = Db::open(dir.path(), options).unwrap();
+            let mut txn = db.begin().unwrap();
+            txn.put(b"a", b"before").unwrap();
+            txn.put(b"big", &value(max, 9)).unwrap();
+            txn.put(b"c", b"after").unwrap();
+            txn.commit().unwrap();
+            let mut txn = db.begin().unwrap();
+            let err = txn.put(b"too big", &vec![0; max + 1]).unwrap_err();
+            assert!(matches!(err, Error::ValueTooLarge { .. }), "{err}");
+            drop(txn);
+            db.close().unwrap();
+        }
+        let db = Db::open(dir.path(), options).unwrap();
+        let recovery = db.stats().recovery.unwrap();
+        assert_eq!(recovery.checkpoint.is_some(), checkpoint_on_close, "{recovery}");
+        assert!(get(&db, b"big") == Some(value(max, 9)), "the largest value differs after reopening");
+        assert_eq!(get(&db, b"a").as_deref(), Some(&b"before"[..]));
+        assert_eq!(get(&db, b"c").as_deref(), Some(&b"after"[..]));
+        drop(db);
+        let report = tern::recovery::check(dir.path()).unwrap();
+        assert_eq!(report.tables[0].entries, 3);
+    }
+}
+
+/// Kills the creation of a fresh database at every step of it (creating the directory, the
+/// lock, the settings, the first log file, the first checkpoint): an `Fs` that fails every
+/// operation from the `n`-th on leaves the files as a crash at that instant would; each such
+/// directory must open, and hold whatever was acknowledged before the failure.
+#[test]
+fn a_crash_at_every_step_of_creating_a_database_leaves_one_that_opens() {
+    let mut completed = false;
+    for n in 0..200u64 {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("new").join("db");
+        let fs = FaultFs::new();
+        fs.faults.ops_left.store(n, Relaxed);
+        let mut acked = false;
+        let outcome = (|| -> tern::Result<()> {
+            let db = Db::open_with_fs(&dir, Options::default(), Arc::new(fs.clone()))?;
+            let mut txn = db.begin()?;
+            txn.put(b"first", b"commit")?;
+            txn.commit()?;
+            acked = true;
+            db.checkpoint()?;
+            let mut txn = db.begin()?;
+            txn.put(b"second", b"commit")?;
+            txn.commit()?;
+            db.close()
+        })();
+        if dir.exists() {
+            let db = Db::open(&dir, Options::default())
+                .unwrap_or_else(|e| panic!("after a crash at step {n} ({outcome:?}) the database does not open: {e}"));
+            if acked {
+                assert_eq!(get(&db, b"first").as_deref(), Some(&b"commit"[..]), "step {n}");
+            }
+            db.close().unwrap();
+            tern::recovery::check(&dir).unwrap_or_else(|e| panic!("step {n}: check: {e}"));
+        }
+        if outcome.is_ok() {
+            completed = true;
+            assert!(n > 10, "every step was counted");
+            break;
+        }
+    }
+    assert!(completed, "the creation finished within the steps tried");
+}
+
+/// Over its memory budget a database still takes deletes and writes that do not grow it, so
+/// it can shrink back under the budget without being reopened.
+#[test]
+fn over_the_memory_budget_deletes_and_shrinking_writes_go_through() {
+    let db = Db::open_temporary(Options { memory_budget: Some(1 << 20), ..Options::default() }).unwrap();
+    let mut written = 0u32;
+    loop {
+        let mut txn = db.begin().unwrap();
+        match txn.put(&written.to_be_bytes(), &[1; 200]) {
+            Ok(()) => txn.commit().unwrap(),
+            Err(Error::MemoryBudget { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        written += 1;
+    }
+    let mut txn = db.begin().unwrap();
+    assert!(matches!(txn.put(b"new key", &[2; 200]), Err(Error::MemoryBudget { .. })), "growth is refused");
+    txn.put(&0u32.to_be_bytes(), &[3; 10]).expect("a smaller value for an existing key goes through");
+    txn.put(&1u32.to_be_bytes(), &[3; 200]).expect("a value of the same size goes through");
+    for i in 2..written / 2 {
+        assert!(txn.delete(&i.to_be_bytes()).expect("deletes go through over the budget"));
+    }
+    txn.commit().unwrap();
+    db.gc();
+    assert_eq!(get(&db, &0u32.to_be_bytes()), Some(vec![3; 10]));
+    assert_eq!(get(&db, &2u32.to_be_bytes()), None);
+}
+
+/// The page size (which bounds the key length) is the database's: reopening with another one
+/// opens it with the one it was created with, instead of reporting its keys as corruption.
+#[test]
+fn a_database_keeps_the_page_size_it_was_created_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let long_key = vec![b'k'; 2000];
+    {
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let mut txn = db.begin().unwrap();
+        txn.put(&long_key, b"v").unwrap();
+        txn.commit().unwrap();
+        db.close().unwrap();
+    }
+    let mut small = Options::default();
+    small.tree.page_size = 4096;
+    for checkpointed in [true, false] {
+        if !checkpointed {
+            // Once more with the key in the log only.
+            let db = Db::open(dir.path(), Options::default()).unwrap();
+            let mut txn = db.begin().unwrap();
+            txn.put(&[b'x'; 1500], b"w").unwrap();
+            txn.commit().unwrap();
+            std::mem::forget(db);
+        }
+        let copy = tempfile::tempdir().unwrap();
+        copy_files(dir.path(), copy.path());
+        let db = Db::open(copy.path(), small).unwrap();
+        assert_eq!(db.options().tree.page_size, 16384, "the stored page size wins");
+        assert_eq!(get(&db, &long_key).as_deref(), Some(&b"v"[..]));
+        if !checkpointed {
+            assert_eq!(get(&db, &[b'x'; 1500]).as_deref(), Some(&b"w"[..]));
+        }
+        let mut txn = db.begin().unwrap();
+        txn.put(&[b'y'; 2048], b"still 16 KiB pages").unwrap();
+        txn.commit().unwrap();
+        if checkpointed {
+            let report = tern::recovery::check(dir.path()).unwrap();
+            assert_eq!(report.tables[0].entries, 1);
+        }
+    }
+    // A new database takes the page size it is given.
+    let other = tempfile::tempdir().unwrap();
+    let db = Db::open(other.path(), small).unwrap();
+    assert_eq!(db.options().tree.page_size, 4096);
+    let mut txn = db.begin().unwrap();
+    assert!(matches!(txn.put(&long_key, b"v"), Err(Error::KeyTooLarge { len: 2000, max: 512 })));
+}
