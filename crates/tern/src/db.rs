@@ -65,6 +65,22 @@ pub struct Options {
     /// take more than this many bytes (`None`: no limit). Deletes, and values no larger than
     /// the ones they replace, still go through, so a database over its budget can shrink.
     pub memory_budget: Option<u64>,
+    /// Bytes of memory for pages (the buffer pool): pages beyond it live in the database's page
+    /// file and are read back on demand. Default: [`Options::default_cache_bytes`].
+    pub cache_bytes: u64,
+}
+
+impl Options {
+    /// The default cache: the smaller of 1 GiB and a quarter of the machine's memory.
+    pub fn default_cache_bytes() -> u64 {
+        // SAFETY: `sysconf` reads system constants; no memory is touched.
+        let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let ram = u64::try_from(pages).unwrap_or(0).saturating_mul(u64::try_from(size).unwrap_or(0));
+        match ram {
+            0 => 1 << 30,
+            ram => (ram / 4).min(1 << 30),
+        }
+    }
 }
 
 impl Default for Options {
@@ -75,6 +91,7 @@ impl Default for Options {
             tracking: TxnTracking::PerThread,
             wal: WalConfig::default(),
             memory_budget: None,
+            cache_bytes: Options::default_cache_bytes(),
         }
     }
 }
