@@ -28,6 +28,7 @@ use crate::lock::{LockConfig, LockManager, LockStats};
 use crate::recovery::{self, DirLock, Recovered, RecoveryStats};
 use crate::settings::{self, Settings};
 use crate::sync::{LatchClass, LatchStats, Mutex, RwLatch, SpinConfig, SpinPolicy};
+use crate::txn::chains::Chains;
 use crate::txn::gc::{self, Collected, Gc, Item};
 use crate::txn::{Counter, Counters, GlobalList, Txn, TxnOptions, Writer};
 use crate::wal::{Durability, Wal, WalConfig, WalStats};
@@ -157,6 +158,8 @@ pub(crate) struct DbInner {
     pub locks: LockManager,
     writers: Box<[WriterPool]>,
     pub gc: Gc,
+    /// Version chains of every table (leaf slots hold their ids).
+    pub chains: Chains,
     pub counters: Counters,
     pub global: Option<GlobalList>,
     /// The log, checkpoints and directory lock of a database on disk.
@@ -265,6 +268,7 @@ impl Db {
                     .map(|_| CachePadded::new(Mutex::with_class(Vec::new(), writer_class)))
                     .collect(),
                 gc: Gc::new()?,
+                chains: Chains::new(),
                 counters: Counters::new(),
                 global,
                 durable,
@@ -683,7 +687,7 @@ impl DbInner {
     /// Collects `items` of `shard` given the running snapshots; requeues what is left.
     fn collect_with(&self, shard: usize, items: Vec<Item>, active: (Vec<u64>, u64)) -> Collected {
         let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
-        let (rest, done) = gc::collect(active, items, |id| tables.get(id as usize).map(|t| &t.tree));
+        let (rest, done) = gc::collect(active, items, &self.chains, |id| tables.get(id as usize).map(|t| &t.tree));
         self.gc.put_back(shard, rest);
         done
     }
@@ -700,14 +704,7 @@ impl Drop for DbInner {
         // A clean close: errors cannot be reported from here (`Db::close` reports them); the
         // log holds every commit either way.
         let _ = self.shutdown();
-        // No transaction is left (each borrows a handle), so no chain is in use: free them all.
-        let guard = crossbeam_epoch::pin();
-        for table in &self.catalog.get_mut().by_id {
-            for chain in table.tree.chains() {
-                // SAFETY: the database is being dropped: nothing reads or writes its chains.
-                unsafe { crate::txn::version::free_chain(chain as *mut _, &guard) };
-            }
-        }
+        // The chains go with the chain table (no transaction is left: each borrows a handle).
     }
 }
 

@@ -116,7 +116,7 @@ impl BTree {
             let visible = if keep.next_if(|&&c| c == i).is_some() {
                 let chain = u64::from_le_bytes(bytes[span.value..span.value + 8].try_into().expect("8 bytes"));
                 resolved.clear();
-                let visible = resolver.resolve(chain as usize, &mut resolved);
+                let visible = resolver.resolve(chain, &mut resolved);
                 span.value = bytes.len();
                 bytes.extend_from_slice(&resolved);
                 span.end = bytes.len();

@@ -1,10 +1,10 @@
 //! What a leaf slot stores for the transaction layer: a plain value, or a version chain.
 //!
-//! A slot flagged [`FLAG_CHAIN`] holds the 8-byte address of a version chain that the
-//! transaction layer (`txn::version`) owns and frees through crossbeam-epoch. The tree never
-//! dereferences it: readers hand it to a [`Resolve`] after validating the leaf they read it
-//! from (so the address was in the tree while their epoch guard was pinned, and the chain is
-//! still allocated); writers change a slot between plain value, chain and nothing with
+//! A slot flagged [`FLAG_CHAIN`] holds the 8-byte id of a version chain that the transaction
+//! layer owns (`txn::chains`: an id, not an address, so that a page can be written to disk as it
+//! is). The tree never interprets it: readers hand it to a [`Resolve`] after validating the leaf
+//! they read it from (so the id was in the tree while their epoch guard was pinned, and its
+//! chain is still there); writers change a slot between plain value, chain and nothing with
 //! [`BTree::update_chain`], under the leaf's exclusive latch.
 
 use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
@@ -18,9 +18,9 @@ use crossbeam_epoch::Guard;
 /// transaction layer; trees used through the plain `BTree` API never store chains and use
 /// [`Plain`].
 pub trait Resolve {
-    /// Appends the value visible in the chain at `chain` to `out` (empty first); false if the
-    /// reader sees nothing (no version visible to it, or a deletion).
-    fn resolve(&self, chain: usize, out: &mut Vec<u8>) -> bool;
+    /// Appends the value visible in chain `chain` to `out` (empty first); false if the reader
+    /// sees nothing (no version visible to it, or a deletion).
+    fn resolve(&self, chain: u64, out: &mut Vec<u8>) -> bool;
 }
 
 /// The resolver of trees used through the plain `BTree` API, which never store chains.
@@ -28,7 +28,7 @@ pub trait Resolve {
 pub struct Plain;
 
 impl Resolve for Plain {
-    fn resolve(&self, _chain: usize, _out: &mut Vec<u8>) -> bool {
+    fn resolve(&self, _chain: u64, _out: &mut Vec<u8>) -> bool {
         debug_assert!(false, "a version chain in a tree used without transactions");
         false
     }
@@ -41,8 +41,8 @@ pub(crate) enum Current<'a> {
     Absent,
     /// A plain value (visible to every reader).
     Plain(&'a [u8]),
-    /// A version chain's address.
-    Chain(usize),
+    /// A version chain's id.
+    Chain(u64),
 }
 
 /// What [`BTree::update_chain`] makes of the slot.
@@ -50,8 +50,8 @@ pub(crate) enum Current<'a> {
 pub(crate) enum Change {
     /// Leave it as it is.
     Keep,
-    /// Store this chain address (replacing any plain value or other address).
-    Chain(usize),
+    /// Store this chain id (replacing any plain value or other id).
+    Chain(u64),
     /// Store this plain value; applied only if it fits in the leaf (else the slot is kept:
     /// [`Applied::NoRoom`] or [`Applied::TooLarge`]).
     Plain(Vec<u8>),
@@ -64,7 +64,7 @@ pub(crate) enum Change {
 pub(crate) enum Stored {
     /// A plain value.
     Plain,
-    /// A chain address (8 bytes, little-endian).
+    /// A chain id (8 bytes, little-endian).
     Chain,
 }
 
@@ -79,8 +79,8 @@ pub(crate) enum Applied {
     TooLarge,
 }
 
-fn chain_bytes(chain: usize) -> [u8; 8] {
-    (chain as u64).to_le_bytes()
+fn chain_bytes(chain: u64) -> [u8; 8] {
+    chain.to_le_bytes()
 }
 
 impl BTree {
@@ -90,8 +90,8 @@ impl BTree {
         let guard = crossbeam_epoch::pin();
         match self.get_stored(key, out, &guard)? {
             Some(Stored::Chain) => {
-                // The leaf validated, so the address is live under `guard`.
-                let chain = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) as usize;
+                // The leaf validated, so the id was live under `guard`.
+                let chain = u64::from_le_bytes(out[..8].try_into().expect("8 bytes"));
                 out.clear();
                 Ok(resolver.resolve(chain, out))
             }
@@ -163,7 +163,7 @@ impl BTree {
             Current::Absent
         } else if v.flags & FLAG_CHAIN != 0 {
             n.chain_into(slot, &mut plain);
-            Current::Chain(u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")) as usize)
+            Current::Chain(u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")))
         } else {
             self.read_value(n, slot, &mut plain, guard)?;
             Current::Plain(&plain)
@@ -238,28 +238,5 @@ impl BTree {
             entries.insert(slot, entry);
         }
         self.rebuild(n, &entries);
-    }
-
-    /// Every chain address in the tree (for the owner to free them; call while no other
-    /// thread uses the tree).
-    pub(crate) fn chains(&self) -> Vec<usize> {
-        let mut out = Vec::new();
-        let mut c = self.cursor_with(CollectChains(std::cell::RefCell::new(&mut out)));
-        let mut more = c.seek_first();
-        while more {
-            more = c.next_entry();
-        }
-        drop(c);
-        out
-    }
-}
-
-/// A resolver that records the chains it is shown (and hides their entries).
-struct CollectChains<'a>(std::cell::RefCell<&'a mut Vec<usize>>);
-
-impl Resolve for CollectChains<'_> {
-    fn resolve(&self, chain: usize, _out: &mut Vec<u8>) -> bool {
-        self.0.borrow_mut().push(chain);
-        false
     }
 }

@@ -48,6 +48,7 @@ pub(crate) mod primitive;
 mod reader_table;
 mod rwlatch;
 mod rwlock;
+pub(crate) mod segmented;
 mod spin;
 
 #[cfg(all(test, loom))]

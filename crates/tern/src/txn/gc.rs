@@ -15,6 +15,7 @@
 //!
 //! A key whose chain could not be folded stays queued for the next pass.
 
+use super::chains::Chains;
 use super::version::{retire, Version, ABORTED, UNCOMMITTED};
 use crate::btree::stored::{Applied, Change, Current};
 use crate::btree::BTree;
@@ -100,11 +101,13 @@ impl Gc {
     }
 }
 
-/// Collects `items`, whose tables `tree` finds, given the running snapshots (sorted) and the
-/// horizon of the scan (`context::active_snapshots`); returns what is left and what was done.
+/// Collects `items`, whose tables `tree` finds and whose chains are in `chains`, given the
+/// running snapshots (sorted) and the horizon of the scan (`context::active_snapshots`);
+/// returns what is left and what was done.
 pub(crate) fn collect<'t>(
     (mut snapshots, horizon): (Vec<u64>, u64),
     items: Vec<Item>,
+    chains: &Chains,
     tree: impl Fn(u32) -> Option<&'t BTree>,
 ) -> (Vec<Item>, Collected) {
     let at = snapshots.partition_point(|&s| s < horizon);
@@ -120,27 +123,29 @@ pub(crate) fn collect<'t>(
         let Some(tree) = tree(item.table) else { continue };
         let guard = crossbeam_epoch::pin();
         let outcome = tree.update_chain(&item.key, 0, |current| match current {
-            Current::Chain(head) => {
+            Current::Chain(id) => {
+                let head = chains.head(id);
                 // SAFETY: the chain is in the tree and we hold its leaf exclusively: nobody
                 // else changes it, and it is allocated.
-                let pruned = unsafe { prune(head as *mut Version, &snapshots, horizon, &guard) };
+                let pruned = unsafe { prune(head, &snapshots, horizon, &guard) };
                 // SAFETY: as above.
-                let change = unsafe { fold(head as *mut Version, oldest) };
+                let change = unsafe { fold(head, oldest) };
                 let folding = change != Change::Keep;
-                (change, Some((pruned, head, folding)))
+                (change, Some((pruned, (id, head), folding)))
             }
             _ => (Change::Keep, None),
         });
         match outcome {
             Ok((_, None)) => {} // a plain value or nothing: done
-            Ok((applied, Some((pruned, head, folding)))) => {
+            Ok((applied, Some((pruned, (id, head), folding)))) => {
                 done.pruned += pruned;
                 match applied {
                     Applied::Yes if folding => {
                         done.folded += 1;
                         // SAFETY: the slot no longer holds the chain (replaced under the
                         // latch), whose only version was the head.
-                        unsafe { retire(head as *mut Version, &guard) };
+                        unsafe { retire(head, &guard) };
+                        chains.release(id, &guard);
                     }
                     // One version everyone sees, too large for a leaf: it stays a version, and
                     // there is nothing left to collect.

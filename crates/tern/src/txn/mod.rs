@@ -28,6 +28,7 @@
 //! * `context.rs`: per-thread transaction contexts (snapshot and write-phase slots), the commit
 //!   clock, and the scan of running snapshots (module doc: why the protocol is sound).
 //! * `version.rs`: version chains hanging off leaf slots, and visibility.
+//! * `chains.rs`: the chain table: leaf slots hold chain ids, the table their newest versions.
 //! * `gc.rs`: pruning and folding of versions no snapshot needs.
 //! * `transaction.rs`: [`Txn`]: reads, writes, scans, commit, abort.
 //!
@@ -42,6 +43,7 @@
 //!    for the commit's timestamp (a few instructions) instead of guessing.
 //! 4. A plain value in a leaf is visible to every running and future snapshot.
 
+pub(crate) mod chains;
 pub(crate) mod context;
 pub(crate) mod gc;
 mod transaction;

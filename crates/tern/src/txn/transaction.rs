@@ -1,5 +1,6 @@
 //! [`Txn`]: one transaction's reads, writes, scans, commit and abort.
 
+use super::chains::Chains;
 use super::context::{claim_slot, next_commit_ts, Slot, COMMITTING, IDLE};
 use super::gc::Item;
 use super::version::{retire, Reader, Version, View, ABORTED};
@@ -156,6 +157,12 @@ impl<'db> Txn<'db> {
         Reader { snapshot: self.snapshot, me: (!self.read_only).then_some((self.slot, self.seq)) }
     }
 
+    /// How this transaction's reads resolve version chains.
+    #[inline]
+    fn view(&self) -> View<'db> {
+        View { reader: self.reader(), chains: &self.db.chains }
+    }
+
     fn lock_wait(&self) -> Wait {
         match self.wait_ns {
             NO_WAIT => Wait::No,
@@ -218,21 +225,21 @@ impl<'db> Txn<'db> {
 
     fn read_into(&self, table: &TableInner, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_usable()?;
-        table.tree.get_resolved(key, &View { reader: self.reader() }, out)
+        table.tree.get_resolved(key, &self.view(), out)
     }
 
     /// The entries of the default table with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or
     /// `..`), in key order; `.rev()` for descending order.
     pub fn range<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'_>> {
         self.check_usable()?;
-        Ok(TxnRange { inner: self.db.default_table.tree.range_with(range, View { reader: self.reader() }) })
+        Ok(TxnRange { inner: self.db.default_table.tree.range_with(range, self.view()) })
     }
 
     /// [`Txn::range`] over `table`.
     pub fn range_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'t>> {
         self.check_usable()?;
         self.check_table(table)?;
-        Ok(TxnRange { inner: table.inner.tree.range_with(range, View { reader: self.reader() }) })
+        Ok(TxnRange { inner: table.inner.tree.range_with(range, self.view()) })
     }
 
     // ---- writes ----
@@ -296,8 +303,9 @@ impl<'db> Txn<'db> {
         self.lock_key(table.id, key)?;
         let (me, snapshot) = ((self.slot, self.seq), self.snapshot);
         let reserve = value.map_or(0, <[u8]>::len);
+        let chains = &self.db.chains;
         let (_, outcome) =
-            table.tree.update_chain(key, reserve, |current| write_version(current, me, snapshot, value))?;
+            table.tree.update_chain(key, reserve, |current| write_version(current, me, snapshot, value, chains))?;
         match outcome {
             Outcome::Nothing => Ok(false),
             Outcome::Rewrote { existed } => Ok(existed),
@@ -445,11 +453,18 @@ impl<'db> Txn<'db> {
             // SAFETY: our version, linked in its chain while we hold the key's lock.
             let v = unsafe { &*w.version };
             v.ts.store(ABORTED, Release);
+            let chains = &self.db.chains;
             let unlinked = table.tree.update_chain(&w.key, 0, |current| match current {
-                Current::Chain(head) if head == w.version as usize => {
+                Current::Chain(id) if chains.head(id) == w.version => {
                     let next = v.next.load(Acquire);
-                    let change = if next.is_null() { Change::Remove } else { Change::Chain(next as usize) };
-                    (change, Some(!next.is_null()))
+                    if next.is_null() {
+                        // Ours was the only version: the key goes, and so does its chain.
+                        chains.release(id, guard);
+                        (Change::Remove, Some(false))
+                    } else {
+                        chains.set_head(id, next);
+                        (Change::Keep, Some(true))
+                    }
                 }
                 // Not our version on top (cannot happen: we hold the key's lock): leave it
                 // linked, aborted (invisible, and pruned by the collector), never freed here.
@@ -540,20 +555,25 @@ fn write_version(
     me: (&'static Slot, u64),
     snapshot: u64,
     value: Option<&[u8]>,
+    chains: &Chains,
 ) -> (Change, Outcome) {
     let (slot, seq) = me;
     let owned = || value.map(Box::<[u8]>::from);
-    let push = |next: *mut Version, created: u64, existed: bool| {
-        let version = Version::new_uncommitted(slot, seq, owned(), next);
-        (Change::Chain(version as usize), Outcome::Pushed { version, created, existed })
+    let new = |next: *mut Version| Version::new_uncommitted(slot, seq, owned(), next);
+    // A key without versions gets a chain; the slot stores its id.
+    let start = |next: *mut Version, created: u64, existed: bool| {
+        let version = new(next);
+        (Change::Chain(chains.create(version)), Outcome::Pushed { version, created, existed })
     };
     match current {
         Current::Absent if value.is_none() => (Change::Keep, Outcome::Nothing),
-        Current::Absent => push(ptr::null_mut(), 1, false),
-        Current::Plain(bytes) => push(Version::new_base(slot, bytes), 2, true),
-        Current::Chain(head) => {
-            // SAFETY: the chain is in the tree and we hold its leaf exclusively.
-            let h = unsafe { &*(head as *const Version) };
+        Current::Absent => start(ptr::null_mut(), 1, false),
+        Current::Plain(bytes) => start(Version::new_base(slot, bytes), 2, true),
+        Current::Chain(id) => {
+            let head = chains.head(id);
+            // SAFETY: the chain is in the tree and we hold its leaf exclusively, so its head is
+            // live (a slot's chain id is live while the slot holds it).
+            let h = unsafe { &*head };
             if h.written_by(Some(me)) {
                 // SAFETY: our own uncommitted version; nobody else reads its value.
                 let existed = unsafe { h.value() }.is_some();
@@ -574,7 +594,10 @@ fn write_version(
             if value.is_none() && !existed {
                 return (Change::Keep, Outcome::Nothing);
             }
-            push(head as *mut Version, 1, existed)
+            // A new newest version: the slot keeps the chain's id.
+            let version = new(head);
+            chains.set_head(id, version);
+            (Change::Keep, Outcome::Pushed { version, created: 1, existed })
         }
     }
 }
@@ -595,7 +618,7 @@ fn newest_committed_ts(head: &Version) -> u64 {
 
 /// The entries of a key range as a transaction sees them, from either end ([`Txn::range`]).
 pub struct TxnRange<'t> {
-    inner: Range<'t, View>,
+    inner: Range<'t, View<'t>>,
 }
 
 impl Iterator for TxnRange<'_> {

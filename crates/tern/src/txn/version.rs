@@ -1,8 +1,8 @@
 //! Versions: what a key was at each commit, newest first, hanging off its leaf slot.
 //!
 //! A leaf slot either holds a plain value (committed long enough ago that every snapshot sees it)
-//! or the address of its newest [`Version`] (`btree::stored`). Each version links to the next
-//! older one. A version's timestamp is its commit timestamp, `BASE` (0: a former plain value,
+//! or the id of its chain (`btree::stored`), which the chain table (`chains.rs`) maps to its
+//! newest [`Version`]. Each version links to the next older one. A version's timestamp is its commit timestamp, `BASE` (0: a former plain value,
 //! visible to everyone), `UNCOMMITTED` (its writer has not committed: who the writer is says
 //! the version's slot and sequence number), or `ABORTED`.
 //!
@@ -21,6 +21,7 @@
 //! A version's value is read only when the reader sees the version (committed, or its own), and
 //! is never changed after commit.
 
+use super::chains::Chains;
 use super::context::{Slot, ACTIVE};
 use crate::btree::Resolve;
 use crossbeam_epoch::Guard;
@@ -182,17 +183,19 @@ pub(crate) unsafe fn retire(v: *mut Version, guard: &Guard) {
 
 /// A transaction's view as a `Resolve`r for tree reads and scans.
 #[derive(Clone, Copy)]
-pub(crate) struct View {
+pub(crate) struct View<'c> {
     pub reader: Reader,
+    pub chains: &'c Chains,
 }
 
-impl Resolve for View {
-    fn resolve(&self, chain: usize, out: &mut Vec<u8>) -> bool {
-        // The tree calls this with a chain address it validated under its own pinned guard;
-        // pinning again is cheap (re-entrant) and makes the lifetime explicit.
+impl Resolve for View<'_> {
+    fn resolve(&self, chain: u64, out: &mut Vec<u8>) -> bool {
+        // The tree calls this with a chain id it validated under its own pinned guard; pinning
+        // again is cheap (re-entrant) and makes the lifetime explicit.
         let guard = crossbeam_epoch::pin();
-        // SAFETY: as said, the chain is live under the tree's pin, which is still held.
-        match unsafe { visible(chain as *const Version, &self.reader, &guard) } {
+        // SAFETY: as said, the chain is the id's under the tree's pin, which is still held
+        // (`chains` invariant 2); an unknown id has a null head.
+        match unsafe { visible(self.chains.head(chain), &self.reader, &guard) } {
             // SAFETY: `visible` returned a version this reader sees.
             Some(v) => match unsafe { v.value() } {
                 Some(value) => {

@@ -1,0 +1,100 @@
+//! The chain table: chain id → the newest version of a key.
+//!
+//! A leaf slot whose key has versions holds a **chain id** (8 bytes, `btree::stored`), not the
+//! address of its newest version, so that pages hold no heap address: a page image can be
+//! written to disk and read back as it is, and an id read from a page (or read optimistically
+//! from a page being changed) is looked up here, bounds-checked, never followed blindly.
+//!
+//! # Invariants
+//! 1. An id is **live** from [`Chains::create`] until the slot that held it stops holding it
+//!    and [`Chains::release`] is called (under the leaf's exclusive latch, by whoever removed it
+//!    from the slot). Its head changes only under that leaf's exclusive latch
+//!    ([`Chains::set_head`]).
+//! 2. A released id keeps its head, tagged as released, until every thread pinned when it was
+//!    released has unpinned (crossbeam-epoch); only then is it cleared and handed out again. So
+//!    a reader that found the id in a leaf it then validated, while pinned, reads the chain the
+//!    leaf meant, even if the chain was folded away meanwhile.
+//! 3. Versions are freed by their own owners (`version::retire`): releasing an id frees no
+//!    version; dropping the table frees the chains of the ids still live.
+
+use super::version::{free_chain, Version};
+use crate::sync::segmented::Segmented;
+use crossbeam_epoch::Guard;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex as StdMutex};
+
+/// The low bit of a head: the id was released (versions are at least 8-aligned).
+const RELEASED: usize = 1;
+
+/// Chain ids and their heads (see the module doc).
+pub(crate) struct Chains {
+    heads: Arc<Segmented<AtomicPtr<Version>>>,
+    /// The next never-used id (ids start at 1: 0 is never a chain).
+    next: AtomicU32,
+    /// Ids released and past their epoch.
+    free: Arc<StdMutex<Vec<u32>>>,
+}
+
+impl Chains {
+    pub(crate) fn new() -> Chains {
+        Chains { heads: Arc::new(Segmented::new()), next: AtomicU32::new(1), free: Arc::default() }
+    }
+
+    /// A new id whose chain starts at `head`.
+    pub(crate) fn create(&self, head: *mut Version) -> u64 {
+        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let id = reused.unwrap_or_else(|| {
+            let id = self.next.fetch_add(1, Relaxed);
+            assert!(id != u32::MAX, "chain ids exhausted (4 billion keys with versions at once)");
+            id
+        });
+        self.heads.ensure(id).store(head, Release);
+        u64::from(id)
+    }
+
+    /// The newest version of chain `id` (null for an id that is not a chain: one read from a
+    /// garbage slot by an optimistic reader, which its validation then rejects).
+    #[inline]
+    pub(crate) fn head(&self, id: u64) -> *mut Version {
+        let Ok(id) = u32::try_from(id) else { return std::ptr::null_mut() };
+        match self.heads.get(id) {
+            Some(h) => h.load(Acquire).map_addr(|a| a & !RELEASED),
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    /// Makes `head` the newest version of live chain `id` (under its leaf's exclusive latch).
+    pub(crate) fn set_head(&self, id: u64, head: *mut Version) {
+        let slot = u32::try_from(id).ok().and_then(|id| self.heads.get(id)).expect("a live chain id");
+        slot.store(head, Release);
+    }
+
+    /// Releases `id`, which no slot holds any more (invariant 2: reused after the epoch).
+    pub(crate) fn release(&self, id: u64, guard: &Guard) {
+        let id = u32::try_from(id).expect("a live chain id");
+        let slot = self.heads.get(id).expect("a live chain id");
+        slot.store(slot.load(Relaxed).map_addr(|a| a | RELEASED), Release);
+        let (heads, free) = (self.heads.clone(), self.free.clone());
+        guard.defer(move || {
+            if let Some(slot) = heads.get(id) {
+                slot.store(std::ptr::null_mut(), Relaxed);
+            }
+            free.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+        });
+    }
+}
+
+impl Drop for Chains {
+    fn drop(&mut self) {
+        // The database is gone: no transaction, reader or collector can reach a chain.
+        let guard = crossbeam_epoch::pin();
+        for (_, slot) in self.heads.iter() {
+            let head = slot.load(Acquire);
+            if !head.is_null() && head.addr() & RELEASED == 0 {
+                // SAFETY: a live chain (not released, so its versions are still linked from it
+                // and owned by it), unreachable now.
+                unsafe { free_chain(head, &guard) };
+            }
+        }
+    }
+}
