@@ -27,6 +27,18 @@ pub trait FsFile: Send + Debug {
     fn sync(&mut self) -> io::Result<()>;
 }
 
+/// A file read and written at positions (the buffer manager's page file), shared by threads.
+pub trait RandomFile: Send + Sync + Debug {
+    /// Reads `buf.len()` bytes at `offset`; bytes past the end of the file read as zeros.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Sets the file's length (no sync: the page file is rebuilt, not recovered).
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Tells the kernel `len` bytes at `offset` will be read soon (read-ahead; a hint).
+    fn will_need(&self, offset: u64, len: u64);
+}
+
 /// The file operations tern needs.
 pub trait Fs: Send + Sync + Debug {
     /// Creates `dir` and its parents if missing.
@@ -49,6 +61,8 @@ pub trait Fs: Send + Sync + Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes `dir`'s entries (files created, renamed, removed) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Creates `path` (truncating it if it exists) for positional reads and writes.
+    fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>>;
 
     /// Reads all of `path`.
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -77,6 +91,50 @@ pub struct StdFs;
 
 #[derive(Debug)]
 struct StdFile(std::fs::File);
+
+#[derive(Debug)]
+struct StdRandomFile(std::fs::File);
+
+impl RandomFile for StdRandomFile {
+    fn read_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        while !buf.is_empty() {
+            match self.0.read_at(buf, offset) {
+                Ok(0) => {
+                    buf.fill(0);
+                    return Ok(());
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
+            // SAFETY: advice about a range of a file this handle owns; no memory is involved.
+            unsafe { libc::posix_fadvise(self.0.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
+    }
+}
 
 impl FsFile for StdFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -131,6 +189,11 @@ impl Fs for StdFs {
         std::fs::rename(from, to)
     }
 
+    fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(StdRandomFile(file)))
+    }
+
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
     }
@@ -150,6 +213,8 @@ pub struct Faults {
     pub fail_writes: AtomicBool,
     /// Syncs (file and directory) fail with `EIO`.
     pub fail_syncs: AtomicBool,
+    /// Positional reads (page-file reads) fail with `EIO`.
+    pub fail_reads: AtomicBool,
     /// Bytes that may still be written before writes fail with `ENOSPC` (`u64::MAX`: no limit).
     pub space_left: AtomicU64,
     /// Bytes written through this file system.
@@ -169,6 +234,7 @@ impl Default for Faults {
             short_writes: AtomicBool::new(false),
             fail_writes: AtomicBool::new(false),
             fail_syncs: AtomicBool::new(false),
+            fail_reads: AtomicBool::new(false),
             space_left: AtomicU64::new(u64::MAX),
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
@@ -222,6 +288,54 @@ struct FaultFile {
 
 fn eio(what: &str) -> io::Error {
     io::Error::other(format!("injected EIO on {what}"))
+}
+
+impl Faults {
+    /// Takes `n` bytes of the space left: `ENOSPC` (nothing written) if there is not that much.
+    fn take_space(&self, n: usize) -> io::Result<()> {
+        let took = self.space_left.fetch_update(Relaxed, Relaxed, |left| match left {
+            u64::MAX => Some(left),
+            left => left.checked_sub(n as u64),
+        });
+        took.map(drop).map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))
+    }
+}
+
+#[derive(Debug)]
+struct FaultRandomFile {
+    inner: StdRandomFile,
+    faults: Arc<Faults>,
+}
+
+impl RandomFile for FaultRandomFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.faults.step("pread")?;
+        if self.faults.fail_reads.load(Relaxed) {
+            return Err(eio("pread"));
+        }
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let f = &self.faults;
+        f.step("pwrite")?;
+        if f.fail_writes.load(Relaxed) {
+            return Err(eio("pwrite"));
+        }
+        f.take_space(buf.len())?;
+        self.inner.write_at(buf, offset)?;
+        f.bytes_written.fetch_add(buf.len() as u64, Relaxed);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.faults.step("ftruncate")?;
+        self.inner.set_len(len)
+    }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        self.inner.will_need(offset, len);
+    }
 }
 
 impl FsFile for FaultFile {
@@ -308,6 +422,12 @@ impl Fs for FaultFs {
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.faults.step("remove")?;
         StdFs.remove(path)
+    }
+
+    fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {
+        self.faults.step("create")?;
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(FaultRandomFile { inner: StdRandomFile(file), faults: self.faults.clone() }))
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {

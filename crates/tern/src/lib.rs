@@ -9,6 +9,7 @@
 //! * [`txn`]: multi-version snapshot isolation; per-thread transaction contexts; garbage
 //!   collection of versions.
 //! * [`btree`]: the B+tree index.
+//! * [`buffer`]: the buffer manager: pages in frames or in the page file, eviction.
 //! * [`lock`]: the lock manager (lockers, modes, deadlock detection).
 //! * [`wal`]: the write-ahead log: commit records, group commit, log files.
 //! * [`checkpoint`]: checkpoint files (the database as of one snapshot).
@@ -23,6 +24,7 @@
 //! Errors from every component are one type, [`Error`].
 
 pub mod btree;
+pub mod buffer;
 pub mod checkpoint;
 pub mod db;
 pub mod error;

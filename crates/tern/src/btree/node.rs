@@ -32,8 +32,8 @@
 //! is changing returns garbage but never faults or loops; the caller's validation rejects it.
 //! Methods that change the node require the caller to hold it exclusively.
 
-use super::page::{head_of, Page};
 use super::search::{self, Layout};
+use crate::buffer::page::{head_of, Page};
 use std::cmp::Ordering;
 
 /// Samples of the slot array in the hint array.

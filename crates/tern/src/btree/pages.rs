@@ -23,7 +23,7 @@
 //! returned to the system before the table is dropped: the arena holds the tree's high-water
 //! mark, like a buffer pool.
 
-use super::page::Page;
+use crate::buffer::page::Page;
 use crate::sync::{HybridLatch, LatchClass};
 use crossbeam_epoch::Guard;
 use std::ptr::NonNull;

@@ -91,6 +91,7 @@
 //!   page's slots, where each probe costs two dependent cache misses (slot, then key); the
 //!   prefetch pipeline here is the fix proposed for it (see the README's hot-path table).
 
+use crate::buffer::page::prefetch_line;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Bytes in a cache line, as the layouts and prefetch schemes assume.
@@ -118,22 +119,6 @@ fn prefetch_in<T>(slice: &[T], i: usize) {
     if i < slice.len() {
         prefetch_line(slice.as_ptr().wrapping_add(i));
     }
-}
-
-/// Issues a prefetch (to L1) of the cache line holding `p`; a no-op on targets other than
-/// x86-64.
-#[inline(always)]
-pub(crate) fn prefetch_line<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint without architectural effect: it never faults, whatever the
-    // address, and reads no memory the program can observe. SSE, which provides it, is part of
-    // the x86-64 baseline. (The kernels pass only addresses inside their slice; a page may
-    // pass one past its end, computed from garbage an optimistic reader saw.)
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 macro_rules! probe_plain {

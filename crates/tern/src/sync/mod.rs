@@ -40,7 +40,7 @@
 pub(crate) mod aligned;
 pub mod asymmetric;
 mod class;
-mod counters;
+pub(crate) mod counters;
 mod hybrid;
 mod mutex;
 pub(crate) mod park;
@@ -49,7 +49,7 @@ mod reader_table;
 mod rwlatch;
 mod rwlock;
 pub(crate) mod segmented;
-mod spin;
+pub(crate) mod spin;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -1,0 +1,250 @@
+//! Eviction: a second-chance clock over the frames, dirty pages written back in batches, and
+//! a background evictor that keeps free frames ahead of demand.
+//!
+//! Invariants:
+//! * The clock visits frames in index order. An UNLOCKED page is MARKED (inner nodes only on
+//!   every [`INNER_PASSES`]th visit: a descent needs them all); any access clears the mark. A
+//!   page still MARKED at the next visit is evicted if clean, or queued for write-back if
+//!   dirty; pages latched, loading or being written are skipped.
+//! * Write-back copies the page under an optimistic read (writers are not blocked during the
+//!   I/O), writes the copy, and clears DIRTY only if the version did not move meanwhile.
+//! * The background evictor wakes when free frames fall below the low watermark and evicts
+//!   until they reach the high one. A thread that finds no free frame evicts one small batch
+//!   itself ([`SMALL_BATCH`]), never the pool; application threads are not pulled into
+//!   bulk eviction (WiredTiger's WT-15211 is the stall this avoids).
+
+use super::file::PageFile;
+use super::pool::{Kind, Pool};
+use super::state::{self, DIRTY, MARKED, UNLOCKED, WRITING};
+use crate::Result;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+/// Pages an application thread evicts when it finds no free frame.
+pub(crate) const SMALL_BATCH: usize = 8;
+/// Dirty pages written per batch, and pages the background evictor frees per round.
+const BATCH: usize = 64;
+/// Clock visits an inner node survives unmarked.
+pub(crate) const INNER_PASSES: u64 = 4;
+
+#[derive(Default)]
+struct Signal {
+    stop: StdMutex<bool>,
+    wake: Condvar,
+    wanted: AtomicBool,
+}
+
+/// The background evictor's thread and its doorbell.
+#[derive(Default)]
+pub(crate) struct Evictor {
+    signal: Arc<Signal>,
+    thread: StdMutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn low_water(pool: &Pool) -> usize {
+    (pool.capacity / 64).clamp(4, 1024)
+}
+
+fn high_water(pool: &Pool) -> usize {
+    (pool.capacity / 32).clamp(8, 2048)
+}
+
+impl Evictor {
+    /// Starts the background evictor of a bounded pool.
+    pub(crate) fn start(pool: &Arc<Pool>) {
+        if !pool.evicts() {
+            return;
+        }
+        let weak: Weak<Pool> = Arc::downgrade(pool);
+        let signal = pool.evictor.signal.clone();
+        let spawned = std::thread::Builder::new().name("tern-evictor".into()).spawn(move || loop {
+            {
+                let stop = signal.stop.lock().unwrap_or_else(|p| p.into_inner());
+                let (stop, _) = signal
+                    .wake
+                    .wait_timeout_while(stop, Duration::from_millis(100), |stop| !*stop && !signal.wanted.load(Relaxed))
+                    .unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+            }
+            signal.wanted.store(false, Relaxed);
+            let Some(pool) = weak.upgrade() else { return };
+            while pool.needs_frames(high_water(&pool)) {
+                match pool.evict_batch(BATCH) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        });
+        // Without the thread, application threads still evict for themselves.
+        if let Ok(handle) = spawned {
+            *pool.evictor.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        }
+    }
+
+    /// Wakes the evictor if free frames ran low.
+    #[inline]
+    pub(crate) fn poke(&self, pool: &Pool) {
+        if pool.evicts() && pool.needs_frames(low_water(pool)) && !self.signal.wanted.swap(true, Relaxed) {
+            self.signal.wake.notify_one();
+        }
+    }
+
+    /// Stops the thread (from the pool's drop).
+    pub(crate) fn stop(&self) {
+        *self.signal.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.signal.wake.notify_all();
+        if let Some(handle) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            // The evictor itself may drop the last reference to the pool: it then exits alone.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Pool {
+    /// Whether fewer than `want` frames are free and no new ones may be made.
+    fn needs_frames(&self, want: usize) -> bool {
+        self.frame_count.load(Relaxed) as usize >= self.capacity.saturating_sub(want)
+            && self.free_frames.load(Relaxed) < want
+    }
+
+    /// Runs the clock until `want` frames are freed, a batch of dirty pages is written back,
+    /// or two sweeps found nothing; returns the frames freed.
+    pub(crate) fn evict_batch(&self, want: usize) -> Result<usize> {
+        let count = u64::from(self.frame_count.load(Acquire));
+        let mut freed = 0;
+        let mut dirty = Vec::new();
+        for _ in 0..count * 2 {
+            let i = self.hand.fetch_add(1, Relaxed) % count;
+            let Some(block) = self.registry.get(i as u32).and_then(|b| NonNull::new(b.load(Relaxed))) else {
+                continue;
+            };
+            let frame = self.frame_at(block);
+            let owner = frame.owner.load(Acquire);
+            if owner == 0 {
+                continue;
+            }
+            let pid = (owner - 1) as u32;
+            let Some(entry) = self.table.get(pid) else { continue };
+            if entry.frame.load(Relaxed) != block.as_ptr() {
+                continue; // the frame changed hands since the owner was read
+            }
+            let word = self.state_word(entry);
+            let w = word.load();
+            match state::state(w) {
+                UNLOCKED => {
+                    let kind = frame.kind.load(Relaxed);
+                    if Kind::from_bits(kind) == Kind::Inner && kind >> 8 < INNER_PASSES {
+                        frame.kind.store(kind + (1 << 8), Relaxed);
+                        continue;
+                    }
+                    frame.kind.store(kind & 0xff, Relaxed);
+                    word.try_mark(w);
+                }
+                MARKED if w & WRITING != 0 => {}
+                MARKED if w & DIRTY != 0 => dirty.push(pid),
+                MARKED => {
+                    if self.evict(pid, w) {
+                        freed += 1;
+                    }
+                }
+                _ => {}
+            }
+            if freed >= want || dirty.len() >= BATCH {
+                break;
+            }
+        }
+        if !dirty.is_empty() {
+            self.write_back(&mut dirty)?;
+            for pid in dirty {
+                if freed < want {
+                    let w = self.state_word(self.table.get(pid).expect("queued pages exist")).load();
+                    if self.evict(pid, w) {
+                        freed += 1;
+                    }
+                }
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Evicts page `pid` if it is still MARKED, clean and not being written as in `w`.
+    fn evict(&self, pid: u32, w: u64) -> bool {
+        let entry = self.table.get(pid).expect("the clock found this page");
+        let word = self.state_word(entry);
+        if !word.try_lock_for_eviction(w) {
+            return false;
+        }
+        let block = NonNull::new(entry.frame.swap(std::ptr::null_mut(), Relaxed)).expect("resident");
+        word.release(state::EVICTED, false);
+        self.put_frame(self.frame_at(block));
+        self.counters.evictions.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Writes back the dirty pages `pids` (in block order); pages that changed or are already
+    /// being written are skipped. The first I/O error stops the batch and is returned.
+    pub(crate) fn write_back(&self, pids: &mut [u32]) -> Result<()> {
+        let file = self.file.as_ref().expect("only pools with a file evict");
+        pids.sort_unstable();
+        for &pid in pids.iter() {
+            let entry = self.table.get(pid).expect("queued pages exist");
+            let word = self.state_word(entry);
+            let Some(claimed) = word.try_claim_write() else { continue };
+            let Some(block) = NonNull::new(entry.frame.load(Relaxed)) else {
+                word.finish_write(claimed, false);
+                continue;
+            };
+            let page = &self.frame_at(block).page;
+            let written = PageFile::with_buffer(|buf| {
+                buf.clear();
+                page.read_into(0, self.page_size(), buf);
+                if !word.validate(claimed) {
+                    return Ok(None);
+                }
+                file.write_page(pid, buf).map(Some)
+            });
+            match written {
+                Ok(Some(crc)) => {
+                    self.note_written(pid, crc);
+                    if word.finish_write(claimed, true) {
+                        self.counters.dirty.fetch_sub(1, Relaxed);
+                    }
+                    self.counters.writes.fetch_add(1, Relaxed);
+                    self.counters.write_backs.fetch_add(1, Relaxed);
+                }
+                Ok(None) => {
+                    word.finish_write(claimed, false);
+                }
+                Err(e) => {
+                    word.finish_write(claimed, false);
+                    self.counters.io_errors.fetch_add(1, Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes back every dirty page (tests and, later, checkpoints).
+    pub(crate) fn flush(&self) -> Result<()> {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        let mut dirty: Vec<u32> = self
+            .table
+            .iter()
+            .filter(|(_, e)| {
+                let w = e.word.load(Relaxed);
+                state::readable(w) && w & DIRTY != 0
+            })
+            .map(|(pid, _)| pid)
+            .collect();
+        self.write_back(&mut dirty)
+    }
+}

@@ -1,0 +1,53 @@
+//! The buffer manager: pages in frames while in use, in a page file otherwise, so a database
+//! can be larger than memory and keep in-memory speed when it is not.
+//!
+//! The design follows vmcache (Leis et al., SIGMOD 2023) with a page table instead of a
+//! virtual-memory reservation: page ids index a dense table of 16-byte entries (a state word
+//! and a frame address), page `p` is block `p` of the page file, and eviction is a clock over
+//! the frames. Components:
+//!
+//! * `state.rs`: the state word, latch + version + residency in one `u64`.
+//! * `page.rs`: a page's bytes as atomic words (optimistic readers race writers safely).
+//! * `frames.rs`: frame memory (arena of huge-page-advised mappings, never unmapped).
+//! * `pool.rs`: the page table, allocation and freeing, the fix API, faulting in.
+//! * `guard.rs`: the optimistic, shared and exclusive guards the B+tree holds.
+//! * `evict.rs`: the clock, batched write-back, the background evictor.
+//! * `file.rs`: the page file (positional I/O through `Fs`, crc32c per block).
+//! * `stats.rs`: counters, [`BufferStats`].
+//!
+//! Invariants (each file states its own in detail):
+//! 1. A page is in exactly one of: FREE, resident (UNLOCKED / MARKED / shared / LOCKED),
+//!    LOADING, EVICTED. Its frame address is meaningful only while resident, and changes only
+//!    while the page is LOCKED or LOADING, before the version bump that ends that state.
+//! 2. A fix on the optimistic path reads the state word and the frame address and writes
+//!    nothing (unless it finds the clock's mark, which it clears). Validation compares
+//!    versions, so an eviction, a load, a free or a write in between is always detected.
+//! 3. Frames are never unmapped while the pool lives, so a stale frame address is memory-safe
+//!    to read; what is read from it is discarded by the failed validation.
+//! 4. Only clean pages are evicted, and a page stays resident while a write-back of it is in
+//!    flight; a block is read back only with the checksum recorded when it was written. So
+//!    an evicted page comes back exactly as it was, or the read fails with an error.
+//! 5. A thread never waits for eviction while holding the latch eviction would need: a thread
+//!    short of frames evicts a small batch itself, skipping latched pages, and goes over the
+//!    bound (counted in `over_capacity`) rather than wait for latches it may hold.
+//! 6. Memory-only pools (no file) never evict; their pages live until freed.
+//!
+//! Until page checkpoints arrive, the page file is scratch space recreated at every open;
+//! durability comes from the checkpoint and the log, which stream through the pool.
+
+mod evict;
+mod file;
+mod frames;
+mod guard;
+pub(crate) mod page;
+mod pool;
+pub(crate) mod state;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
+pub(crate) use page::Page;
+pub(crate) use pool::{Kind, Miss, NO_PAGE};
+pub use pool::{Pool, PoolConfig, MIN_FRAMES};
+pub use stats::BufferStats;

@@ -1,0 +1,508 @@
+//! `Pool`: page ids → state words and frames; allocation, freeing, fixing and faulting in.
+//!
+//! The page table is a [`Segmented`] array of 16-byte entries (state word, frame address)
+//! indexed by page id: a few KiB for a small database, 16 bytes per page for a large one (1 MiB
+//! for 1 GiB of 16 KiB pages), dense enough to stay in the CPU caches. Page id `p` is block `p`
+//! of the page file, at offset `p × page_size`. Cold per-page facts (the block's crc32c, the
+//! page's kind) live in a second array that only I/O touches.
+
+use super::file::PageFile;
+use super::frames::{Arena, Frame};
+use super::guard::{ExclusivePage, PageRef, SharedPage};
+use super::state::{self, Absent, StateWord, DIRTY, EVICTED, FREE, LOADING};
+use super::stats::{BufferStats, Counters};
+use crate::fs::Fs;
+use crate::sync::segmented::{Segmented, Zeroable};
+use crate::sync::{LatchClass, Restart};
+use crate::{Error, Result};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex as StdMutex};
+
+/// Page ids are 32 bits; this one is never handed out (it marks "no page").
+pub(crate) const NO_PAGE: u32 = u32::MAX;
+
+/// The fewest frames a bounded pool has: enough for every page one tree operation latches at
+/// once (a parent, a node, its sibling, a new sibling and a new root) many times over.
+pub const MIN_FRAMES: usize = 64;
+
+/// The latch class of every page (spin policy and counters).
+pub(crate) static PAGE_CLASS: LazyLock<LatchClass> =
+    LazyLock::new(|| LatchClass::register("buffer.page").unwrap_or(LatchClass::DEFAULT));
+
+/// What a page holds; the clock keeps inner nodes longer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Leaf = 0,
+    Inner = 1,
+    Overflow = 2,
+}
+
+impl Kind {
+    pub(crate) fn from_bits(bits: u64) -> Kind {
+        match bits & 0xff {
+            1 => Kind::Inner,
+            2 => Kind::Overflow,
+            _ => Kind::Leaf,
+        }
+    }
+}
+
+/// One page-table entry.
+#[repr(C, align(16))]
+pub(crate) struct Entry {
+    pub word: AtomicU64,
+    /// The frame's block while resident (set under LOCKED or LOADING, before the version bump
+    /// that publishes it).
+    pub frame: AtomicPtr<u8>,
+}
+
+// SAFETY: two atomics, for which zero is valid (state FREE, no frame).
+unsafe impl Zeroable for Entry {}
+
+/// Cold per-page facts: bits 0..32 the crc32c of the page's block, bit 32 "written" (the crc
+/// is valid), bits 40..48 the page's kind.
+const META_WRITTEN: u64 = 1 << 32;
+const META_KIND_SHIFT: u32 = 40;
+
+/// Page ids in use and free.
+struct Ids {
+    /// Ids below this have been handed out; the page file is at most this many pages long.
+    next: u32,
+    /// Freed ids, lowest first (reuse keeps the file dense).
+    free: BTreeSet<u32>,
+    /// The page file's length in pages (it is cut when the free tail is large).
+    file_pages: u32,
+}
+
+/// Frames not holding a page, and the arena new ones come from.
+struct FrameList {
+    arena: Arena,
+    free: Vec<NonNull<u8>>,
+}
+
+// SAFETY: the pointers are frame blocks owned by the arena, used under the pool's mutex.
+unsafe impl Send for FrameList {}
+
+/// How a pool is set up.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Page size in bytes (a power of two, 4 KiB to 64 KiB).
+    pub page_size: usize,
+    /// Bytes of frames the pool may hold; `None`: unbounded (memory only, nothing evicted).
+    pub cache_bytes: Option<u64>,
+    /// Advise frame memory for transparent huge pages.
+    pub huge_pages: bool,
+}
+
+/// A buffer pool: pages of one size, in frames while resident, in a page file otherwise.
+pub struct Pool {
+    page_size: usize,
+    class: LatchClass,
+    pub(crate) table: Segmented<Entry>,
+    meta: Segmented<AtomicU64>,
+    ids: StdMutex<Ids>,
+    frames: StdMutex<FrameList>,
+    /// Frame index → block, for the clock; `frame_count` entries are set.
+    pub(crate) registry: Segmented<AtomicPtr<u8>>,
+    pub(crate) frame_count: AtomicU32,
+    /// Frames on the free list.
+    pub(crate) free_frames: AtomicUsize,
+    /// Most frames (`usize::MAX`: unbounded).
+    pub(crate) capacity: usize,
+    /// The clock hand (a frame index, taken modulo the frame count).
+    pub(crate) hand: AtomicU64,
+    pub(crate) file: Option<PageFile>,
+    pub(crate) counters: Counters,
+    pub(crate) evictor: super::evict::Evictor,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("page_size", &self.page_size).field("capacity", &self.capacity).finish()
+    }
+}
+
+impl Pool {
+    /// A pool that never evicts (no file): every page stays in memory.
+    pub fn memory(page_size: usize, huge_pages: bool) -> Arc<Pool> {
+        Pool::build(PoolConfig { page_size, cache_bytes: None, huge_pages }, None)
+    }
+
+    /// A pool of at most `config.cache_bytes` of frames over a page file created at `path`
+    /// (replacing any file there: until pages are checkpointed in place, the file is scratch
+    /// space that each open starts afresh).
+    pub fn with_file(config: PoolConfig, fs: Arc<dyn Fs>, path: PathBuf) -> Result<Arc<Pool>> {
+        let file = PageFile::create(fs, path, config.page_size)?;
+        let pool = Pool::build(config, Some(file));
+        super::evict::Evictor::start(&pool);
+        Ok(pool)
+    }
+
+    fn build(config: PoolConfig, file: Option<PageFile>) -> Arc<Pool> {
+        let frame_bytes = super::frames::frame_layout(config.page_size).size() as u64;
+        let capacity = match (config.cache_bytes, &file) {
+            (Some(bytes), Some(_)) => usize::try_from(bytes / frame_bytes).unwrap_or(usize::MAX).max(MIN_FRAMES),
+            _ => usize::MAX,
+        };
+        Arc::new(Pool {
+            page_size: config.page_size,
+            class: *PAGE_CLASS,
+            table: Segmented::new(),
+            meta: Segmented::new(),
+            ids: StdMutex::new(Ids { next: 0, free: BTreeSet::new(), file_pages: 0 }),
+            frames: StdMutex::new(FrameList {
+                arena: Arena::new(config.page_size, config.huge_pages),
+                free: Vec::new(),
+            }),
+            registry: Segmented::new(),
+            frame_count: AtomicU32::new(0),
+            free_frames: AtomicUsize::new(0),
+            capacity,
+            hand: AtomicU64::new(0),
+            file,
+            counters: Counters::default(),
+            evictor: super::evict::Evictor::default(),
+        })
+    }
+
+    /// The page size in bytes.
+    #[inline]
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Whether pages can leave memory (the pool has a file and a bound).
+    pub fn evicts(&self) -> bool {
+        self.capacity != usize::MAX
+    }
+
+    #[inline]
+    pub(crate) fn state_word<'a>(&self, entry: &'a Entry) -> StateWord<'a> {
+        self.state_word_of(&entry.word)
+    }
+
+    #[inline]
+    pub(crate) fn state_word_of<'a>(&self, word: &'a AtomicU64) -> StateWord<'a> {
+        StateWord { word, class: self.class }
+    }
+
+    #[inline]
+    pub(crate) fn frame_at(&self, block: NonNull<u8>) -> &Frame {
+        // SAFETY: every block in the table or the registry came from this pool's arena, whose
+        // mappings live as long as the pool, and has this page size.
+        unsafe { Frame::at(block, self.page_size) }
+    }
+
+    /// The frame in `entry`, if any.
+    #[inline]
+    fn frame_of(&self, entry: &Entry) -> Option<&Frame> {
+        NonNull::new(entry.frame.load(Relaxed)).map(|b| self.frame_at(b))
+    }
+
+    // ---- fixing ----
+
+    /// Reads page `pid` optimistically. `Err(Miss::Evicted)`: it is on disk (validate how `pid`
+    /// was found, then [`fault_in`](Self::fault_in)); `Err(Miss::Restart)`: no such page (a
+    /// stale id) or it changed under the caller.
+    #[inline]
+    pub(crate) fn optimistic(&self, pid: u32) -> std::result::Result<PageRef<'_>, Miss> {
+        let entry = self.table.get(pid).ok_or(Miss::Restart)?;
+        let word = self.state_word(entry);
+        match word.optimistic() {
+            Ok(seen) => {
+                let frame = self.frame_of(entry).ok_or(Miss::Restart)?;
+                Ok(PageRef::new(self, pid, &frame.page, &entry.word, seen))
+            }
+            Err(Absent::Evicted) => Err(Miss::Evicted),
+            Err(Absent::Free) => Err(Miss::Restart),
+        }
+    }
+
+    /// Page `pid` in shared mode, faulted in if needed (`pid` must be a live page: the caller
+    /// holds a latch on what named it).
+    pub(crate) fn shared(&self, pid: u32) -> Result<SharedPage<'_>> {
+        let entry = self.entry(pid)?;
+        loop {
+            match self.state_word(entry).lock_shared() {
+                Ok(()) => {
+                    let frame = self.frame_of(entry).expect("a resident page has a frame");
+                    return Ok(SharedPage::new(&frame.page, &entry.word, self.class));
+                }
+                Err(Absent::Evicted) => self.fault_in(pid)?,
+                Err(Absent::Free) => return Err(self.no_page(pid)),
+            }
+        }
+    }
+
+    /// Page `pid` in exclusive mode, faulted in if needed (`pid` must be a live page).
+    pub(crate) fn exclusive(&self, pid: u32) -> Result<ExclusivePage<'_>> {
+        let entry = self.entry(pid)?;
+        loop {
+            match self.state_word(entry).lock_exclusive() {
+                Ok(()) => {
+                    let frame = self.frame_of(entry).expect("a resident page has a frame");
+                    return Ok(ExclusivePage::new(self, pid, &frame.page, &entry.word));
+                }
+                Err(Absent::Evicted) => self.fault_in(pid)?,
+                Err(Absent::Free) => return Err(self.no_page(pid)),
+            }
+        }
+    }
+
+    fn entry(&self, pid: u32) -> Result<&Entry> {
+        self.table.get(pid).ok_or_else(|| self.no_page(pid))
+    }
+
+    fn no_page(&self, pid: u32) -> Error {
+        Error::Corruption {
+            file: self.file_name(),
+            offset: pid as u64 * self.page_size as u64,
+            reason: format!("page {pid} is referenced but not allocated"),
+        }
+    }
+
+    pub(crate) fn file_name(&self) -> String {
+        self.file.as_ref().map_or_else(|| "(memory)".to_string(), PageFile::name)
+    }
+
+    /// Brings page `pid` into memory if it is on disk only (waits if another thread is loading
+    /// it). A checksum mismatch or an I/O error leaves it on disk and is returned.
+    pub(crate) fn fault_in(&self, pid: u32) -> Result<()> {
+        let entry = self.entry(pid)?;
+        let word = self.state_word(entry);
+        loop {
+            match state::state(word.load()) {
+                EVICTED => {
+                    if word.try_begin_load() {
+                        return self.load(pid, entry, word);
+                    }
+                }
+                LOADING => word.wait_loaded(),
+                FREE => return Err(self.no_page(pid)),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Reads page `pid`'s block into a frame (the caller holds it LOADING).
+    fn load(&self, pid: u32, entry: &Entry, word: StateWord<'_>) -> Result<()> {
+        let frame = match self.take_frame() {
+            Ok(frame) => frame,
+            Err(e) => {
+                word.release(EVICTED, false);
+                return Err(e);
+            }
+        };
+        let meta = self.meta.get(pid).map_or(0, |m| m.load(Relaxed));
+        let file = self.file.as_ref().expect("only pools with a file evict");
+        let started = std::time::Instant::now();
+        let read = file.read_page(pid, meta & META_WRITTEN != 0, meta as u32, &frame.page);
+        self.counters.record_read(started.elapsed());
+        if let Err(e) = read {
+            self.put_frame(frame);
+            word.release(EVICTED, false);
+            return Err(e);
+        }
+        frame.owner.store(u64::from(pid) + 1, Relaxed);
+        frame.kind.store(meta >> META_KIND_SHIFT & 0xff, Relaxed);
+        entry.frame.store(frame as *const Frame as *mut u8, Relaxed);
+        word.release(state::UNLOCKED, false);
+        Ok(())
+    }
+
+    /// Hints that page `pid` will be read soon: its first lines if resident, a read-ahead of its
+    /// block if not.
+    pub(crate) fn prefetch(&self, pid: u32) {
+        let Some(entry) = self.table.get(pid) else { return };
+        let w = entry.word.load(Relaxed);
+        if state::readable(w) {
+            if let Some(frame) = self.frame_of(entry) {
+                frame.page.prefetch(0);
+                frame.page.prefetch(64);
+            }
+        } else if state::state(w) == EVICTED {
+            if let Some(file) = &self.file {
+                file.will_need(pid);
+            }
+        }
+    }
+
+    // ---- allocation ----
+
+    /// A new, zeroed page of `kind`, held exclusively (it becomes visible when the caller
+    /// links its id somewhere).
+    pub(crate) fn alloc(&self, kind: Kind) -> Result<(u32, ExclusivePage<'_>)> {
+        let frame = self.take_frame()?;
+        frame.zero();
+        let pid = {
+            let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+            match ids.free.pop_first() {
+                Some(pid) => pid,
+                None => {
+                    let pid = ids.next;
+                    if pid == NO_PAGE {
+                        drop(ids);
+                        self.put_frame(frame);
+                        return Err(Error::InvalidArgument(
+                            "the database has 2^32 - 1 pages, the most page ids hold".into(),
+                        ));
+                    }
+                    ids.next += 1;
+                    pid
+                }
+            }
+        };
+        let entry = self.table.ensure(pid);
+        let meta = self.meta.ensure(pid);
+        meta.store(u64::from(kind as u8) << META_KIND_SHIFT, Relaxed);
+        let word = self.state_word(entry);
+        word.lock_new();
+        frame.owner.store(u64::from(pid) + 1, Relaxed);
+        frame.kind.store(kind as u64, Relaxed);
+        entry.frame.store(frame as *const Frame as *mut u8, Relaxed);
+        self.counters.live.fetch_add(1, Relaxed);
+        Ok((pid, ExclusivePage::new(self, pid, &frame.page, &entry.word)))
+    }
+
+    /// Called by an exclusive guard whose page was freed, after the word went FREE: gives the
+    /// frame and the id back.
+    pub(crate) fn reclaim(&self, pid: u32, was_dirty: bool) {
+        let entry = self.table.get(pid).expect("a freed page has an entry");
+        if let Some(frame) = self.frame_of(entry) {
+            entry.frame.store(std::ptr::null_mut(), Relaxed);
+            self.put_frame(frame);
+        }
+        if was_dirty {
+            self.counters.dirty.fetch_sub(1, Relaxed);
+        }
+        if let Some(meta) = self.meta.get(pid) {
+            meta.store(0, Relaxed);
+        }
+        self.counters.live.fetch_sub(1, Relaxed);
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.free.insert(pid);
+        // Trim free ids off the top, so the file's tail can be cut.
+        while ids.next > 0 && ids.free.last() == Some(&(ids.next - 1)) {
+            ids.free.pop_last();
+            ids.next -= 1;
+        }
+        self.trim_file(&mut ids);
+    }
+
+    /// Cuts the page file when a quarter of it, and at least 1 MiB, lies past the last page in
+    /// use (under the id lock: no page past the cut can be allocated meanwhile).
+    fn trim_file(&self, ids: &mut Ids) {
+        let Some(file) = &self.file else { return };
+        let spare = ids.file_pages.saturating_sub(ids.next) as usize * self.page_size;
+        if spare >= 1 << 20 && spare >= ids.file_pages as usize * self.page_size / 4 {
+            if file.set_pages(ids.next).is_ok() {
+                ids.file_pages = ids.next;
+                self.counters.truncations.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Notes that page `pid`'s block now holds an image with checksum `crc`.
+    pub(crate) fn note_written(&self, pid: u32, crc: u32) {
+        if let Some(meta) = self.meta.get(pid) {
+            let kind = meta.load(Relaxed) & !(META_WRITTEN | 0xffff_ffff);
+            meta.store(kind | META_WRITTEN | u64::from(crc), Relaxed);
+        }
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.file_pages = ids.file_pages.max(pid + 1);
+    }
+
+    /// Pages allocated and not freed.
+    pub fn live_pages(&self) -> usize {
+        self.counters.live.load(Relaxed)
+    }
+
+    // ---- frames ----
+
+    /// A free frame: from the free list, new while under capacity, else by evicting (this
+    /// thread evicts one small batch if the background evictor has not kept up).
+    pub(crate) fn take_frame(&self) -> Result<&Frame> {
+        let mut rounds = 0;
+        loop {
+            {
+                let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(block) = frames.free.pop() {
+                    self.free_frames.fetch_sub(1, Relaxed);
+                    drop(frames);
+                    self.evictor.poke(self);
+                    return Ok(self.frame_at(block));
+                }
+                let count = self.frame_count.load(Relaxed) as usize;
+                // Past two fruitless rounds every resident page is latched or being written:
+                // go over the bound rather than wait for a latch this thread may hold.
+                if count < self.capacity || rounds > 2 {
+                    if count >= self.capacity {
+                        self.counters.overshoot.fetch_add(1, Relaxed);
+                    }
+                    let block = frames.arena.take();
+                    self.registry.ensure(count as u32).store(block.as_ptr(), Relaxed);
+                    self.frame_count.store(count as u32 + 1, std::sync::atomic::Ordering::Release);
+                    return Ok(self.frame_at(block));
+                }
+            }
+            self.evictor.poke(self);
+            self.evict_batch(super::evict::SMALL_BATCH)?;
+            rounds += 1;
+        }
+    }
+
+    /// Puts a frame no page uses on the free list.
+    pub(crate) fn put_frame(&self, frame: &Frame) {
+        frame.owner.store(0, Relaxed);
+        let block = NonNull::from(frame).cast::<u8>();
+        self.frames.lock().unwrap_or_else(|p| p.into_inner()).free.push(block);
+        self.free_frames.fetch_add(1, Relaxed);
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> BufferStats {
+        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        let file_pages = u64::from(ids.file_pages);
+        drop(ids);
+        let frames = self.frame_count.load(Relaxed) as u64;
+        let free = self.free_frames.load(Relaxed) as u64;
+        self.counters.snapshot(
+            self.page_size,
+            if self.capacity == usize::MAX { 0 } else { self.capacity as u64 },
+            frames - free,
+            file_pages,
+        )
+    }
+
+    /// Marks page `pid`'s dirty count (called when an exclusive release made it dirty).
+    pub(crate) fn note_dirtied(&self, before: u64) {
+        if before & DIRTY == 0 {
+            self.counters.dirty.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.evictor.stop();
+    }
+}
+
+/// Why an optimistic fix gave no page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// The page is on disk: validate the id's source, fault it in, try again.
+    Evicted,
+    /// The id is stale or the page changed: restart the operation.
+    Restart,
+}
+
+impl From<Restart> for Miss {
+    fn from(_: Restart) -> Miss {
+        Miss::Restart
+    }
+}
