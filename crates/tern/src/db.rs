@@ -538,7 +538,7 @@ impl DbInner {
     /// Bytes of the tables' pages (nodes and overflow pages).
     fn memory_used(&self) -> u64 {
         let catalog = self.catalog.read();
-        catalog.by_id.iter().map(|t| (t.tree.pages.live_pages() * t.tree.pages.page_size()) as u64).sum()
+        catalog.by_id.iter().map(|t| (t.tree.stats().pages * t.tree.pool().page_size()) as u64).sum()
     }
 
     /// Asks the checkpointer thread for a checkpoint.

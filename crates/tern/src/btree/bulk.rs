@@ -11,6 +11,7 @@
 use super::node::{self, Entry, NodeSpec, FLAG_OVERFLOW};
 use super::overflow;
 use super::tree::{shortest_separator, BTree, TreeConfig, MAX_VALUE};
+use crate::buffer::Kind;
 use crate::{Error, Result};
 
 /// Fraction of a page bulk loading fills, in percent.
@@ -36,18 +37,20 @@ impl BTree {
         let mut height = 0u8;
         while level.len() > 1 {
             height += 1;
-            level = tree.load_inner_level(&level, height);
+            level = tree.load_inner_level(&level, height)?;
         }
         if let Some(root) = level.first() {
             let old = tree.replace_root(root.pid);
-            tree.pages.free(old, &crossbeam_epoch::pin());
+            if let Some(page) = tree.pool.exclusive(old)? {
+                tree.free_page(&page);
+            }
         }
         Ok(tree)
     }
 
     /// The largest a node gets while bulk loading.
     fn fill_target(&self) -> usize {
-        self.pages.page_size() * FILL_PERCENT / 100
+        self.pool.page_size() * FILL_PERCENT / 100
     }
 
     fn load_leaves<K, V>(&self, entries: impl IntoIterator<Item = (K, V)>) -> Result<Vec<Built>>
@@ -72,24 +75,24 @@ impl BTree {
                     )));
                 }
             }
-            let entry = self.leaf_entry(key, value);
+            let entry = self.leaf_entry(key, value)?;
             pending.push(entry);
             if !self.fits_bulk(true, lower.as_deref(), &pending) && pending.len() > 1 {
                 let next = pending.pop().expect("just pushed");
                 let separator = shortest_separator(&pending.last().expect("len > 1").key, &next.key);
-                built.push(self.emit(true, 0, lower.take(), Some(&separator), &pending, 0));
+                built.push(self.emit(true, 0, lower.take(), Some(&separator), &pending, 0)?);
                 pending = vec![next];
                 lower = Some(separator);
             }
         }
-        built.push(self.emit(true, 0, lower, None, &pending, 0));
+        built.push(self.emit(true, 0, lower, None, &pending, 0)?);
         Ok(built)
     }
 
     /// One level of inner nodes over `children` (whose fences chain). A node over children
     /// `c_a..=c_b` has separators `f_{a+1}..=f_b` (the children's lower fences) pointing at
     /// `c_a..c_b`, upper child `c_b`, and fences `[f_a, f_{b+1})`.
-    fn load_inner_level(&self, children: &[Built], level: u8) -> Vec<Built> {
+    fn load_inner_level(&self, children: &[Built], level: u8) -> Result<Vec<Built>> {
         let mut built = Vec::new();
         let mut first = 0; // the current node's first child
         let mut pending: Vec<Entry> = Vec::new();
@@ -100,14 +103,14 @@ impl BTree {
                 // Close the node at child i-1 (its upper child); child i starts the next one.
                 let overflow = pending.pop().expect("len > 1");
                 let lower = children[first].lower.clone();
-                built.push(self.emit(false, level, lower, Some(&overflow.key), &pending, children[i - 1].pid));
+                built.push(self.emit(false, level, lower, Some(&overflow.key), &pending, children[i - 1].pid)?);
                 pending.clear();
                 first = i;
             }
         }
         let last = children.last().expect("at least two children").pid;
-        built.push(self.emit(false, level, children[first].lower.clone(), None, &pending, last));
-        built
+        built.push(self.emit(false, level, children[first].lower.clone(), None, &pending, last)?);
+        Ok(built)
     }
 
     /// Whether `entries` fit a node under the fill target, reserving room for an upper fence
@@ -126,23 +129,22 @@ impl BTree {
         upper: Option<&[u8]>,
         entries: &[Entry],
         upper_child: u32,
-    ) -> Built {
-        let guard = crossbeam_epoch::pin();
-        let (pid, node) = self.pages.alloc(&guard);
+    ) -> Result<Built> {
+        let (pid, page) = self.alloc(if leaf { Kind::Leaf } else { Kind::Inner })?;
         let spec = NodeSpec { leaf, level, lower: lower.as_deref(), upper, upper_child };
-        node::build(&node.page, &spec, entries, self.layout, self.hints);
-        Built { pid, lower }
+        node::build(page.page(), &spec, entries, self.layout, self.hints);
+        Ok(Built { pid, lower })
     }
 
     /// A leaf entry for `key` → `value`, writing large values to overflow pages.
-    fn leaf_entry(&self, key: &[u8], value: &[u8]) -> Entry {
-        if key.len() + value.len() > self.pages.page_size() / 4 {
-            let first = overflow::write(&self.pages, value, &crossbeam_epoch::pin());
+    fn leaf_entry(&self, key: &[u8], value: &[u8]) -> Result<Entry> {
+        Ok(if key.len() + value.len() > self.pool.page_size() / 4 {
+            let first = overflow::write(self, value)?;
             let mut r = first.to_le_bytes().to_vec();
             r.extend_from_slice(&(value.len() as u32).to_le_bytes());
             Entry { key: key.to_vec(), value: r, flags: FLAG_OVERFLOW, child: 0 }
         } else {
             Entry { key: key.to_vec(), value: value.to_vec(), flags: 0, child: 0 }
-        }
+        })
     }
 }

@@ -12,10 +12,10 @@
 //! While descending to a leaf, the cursor prefetches the leaf after it (or before it, going
 //! backwards), whose id the parent holds: the next step's first cache misses overlap this one.
 
-use super::node::{NodeRef, FLAG_CHAIN};
+use super::node::{NodeRef, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::stored::{Plain, Resolve};
+use super::tree::Abort;
 use super::tree::BTree;
-use crate::sync::Restart;
 use crossbeam_epoch::Guard;
 use std::ops::Bound;
 
@@ -95,16 +95,27 @@ enum Target<'k> {
 impl BTree {
     /// Copies the leaf `target` names into `leaf` (its buffers reused), version chains
     /// resolved by `resolver` (entries it finds nothing visible in are left out).
-    fn load_leaf(&self, target: Target<'_>, resolver: &impl Resolve, leaf: &mut Leaf, chains: &mut Vec<usize>) {
+    /// An error (a page that could not be read) leaves `leaf` empty.
+    fn load_leaf(
+        &self,
+        target: Target<'_>,
+        resolver: &impl Resolve,
+        leaf: &mut Leaf,
+        chains: &mut Vec<usize>,
+    ) -> crate::Result<()> {
         let guard = crossbeam_epoch::pin();
         loop {
             match self.try_load_leaf(target, &guard, leaf, chains) {
                 Ok(()) => break,
-                Err(Restart) => self.count_restart(),
+                Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => {
+                    leaf.clear();
+                    return Err(e);
+                }
             }
         }
         if chains.is_empty() {
-            return;
+            return Ok(());
         }
         // The copy validated, so each chain address was in the leaf while this guard was
         // pinned: the chain is still allocated. Resolved values are appended to the buffer.
@@ -127,6 +138,7 @@ impl BTree {
             i += 1;
             visible
         });
+        Ok(())
     }
 
     /// Copies the leaf `target` names into `leaf`; `chains` gets the indices of its
@@ -137,11 +149,11 @@ impl BTree {
         guard: &Guard,
         leaf: &mut Leaf,
         chains: &mut Vec<usize>,
-    ) -> Result<(), Restart> {
+    ) -> Result<(), Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         loop {
-            let n = NodeRef::new(&at.node.page);
+            let n = NodeRef::new(at.page);
             if n.is_leaf() {
                 leaf.clear();
                 chains.clear();
@@ -164,6 +176,14 @@ impl BTree {
                     _ => n.lower_fence(),
                 };
                 leaf.upper = if end < count { Some(n.key(end)) } else { n.upper_fence() };
+                // Overflow chains in an evicting pool: pin the leaf (shared) while they are
+                // read, or faulting their pages in could evict it and restart the copy forever.
+                let mut version = Some(at.version);
+                let _pinned = if self.pool.evicts() && (start..end).any(|i| n.value_ref(i).flags & FLAG_OVERFLOW != 0) {
+                    Some(version.take().expect("present").into_shared()?)
+                } else {
+                    None
+                };
                 for i in start..end {
                     let key = leaf.bytes.len();
                     n.key_into(i, &mut leaf.bytes);
@@ -176,7 +196,9 @@ impl BTree {
                     }
                     leaf.entries.push(Span { key, key_end: value, value, end: leaf.bytes.len() });
                 }
-                at.version.validate()?;
+                if let Some(version) = version {
+                    version.validate()?;
+                }
                 return Ok(());
             }
             let (slot, neighbour) = match target {
@@ -192,10 +214,7 @@ impl BTree {
                 Target::Last => (n.count(), n.count().wrapping_sub(1)),
             };
             if pf > 0 && n.level() == 1 && neighbour <= n.count() {
-                if let Some(next) = self.pages.get(n.child(neighbour), guard) {
-                    next.page.prefetch(0);
-                    next.page.prefetch(64);
-                }
+                self.pool.prefetch(n.child(neighbour));
             }
             at = self.child(&at, slot, guard)?;
         }
@@ -208,7 +227,7 @@ impl BTree {
 
     /// A cursor whose version chains `resolver` turns into values.
     pub(crate) fn cursor_with<R: Resolve>(&self, resolver: R) -> Cursor<'_, R> {
-        Cursor { tree: self, leaf: Leaf::default(), chains: Vec::new(), pos: None, resolver }
+        Cursor { tree: self, leaf: Leaf::default(), chains: Vec::new(), pos: None, resolver, error: None }
     }
 
     /// The entries with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or `..`), in order;
@@ -246,11 +265,31 @@ pub struct Cursor<'t, R: Resolve = Plain> {
     /// Index into `leaf.entries`; `None` when not on an entry.
     pos: Option<usize>,
     resolver: R,
+    /// The first error a move met (a page that could not be read); moves fail after it.
+    error: Option<crate::Error>,
 }
 
 impl<'t, R: Resolve> Cursor<'t, R> {
     fn load(&mut self, target: Target<'_>) {
-        self.tree.load_leaf(target, &self.resolver, &mut self.leaf, &mut self.chains);
+        if self.error.is_some() {
+            self.leaf.clear();
+            return;
+        }
+        if let Err(e) = self.tree.load_leaf(target, &self.resolver, &mut self.leaf, &mut self.chains) {
+            self.error = Some(e);
+        }
+    }
+
+    /// The error that stopped this cursor, if one did: a move that met a page it could not
+    /// read returns false as at the end of the tree, and every later move does too. Check this
+    /// after a scan of a database whose pages can be evicted.
+    pub fn error(&self) -> Option<&crate::Error> {
+        self.error.as_ref()
+    }
+
+    /// Takes the error that stopped this cursor (see [`error`](Self::error)).
+    pub fn take_error(&mut self) -> Option<crate::Error> {
+        self.error.take()
     }
 
     /// Moves to the first entry with a key `>= key`; false if there is none.
@@ -348,6 +387,17 @@ pub struct Range<'t, R: Resolve + Clone = Plain> {
 }
 
 impl<R: Resolve + Clone> Range<'_, R> {
+    /// The error that ended this iteration early, if one did (a page that could not be read):
+    /// the iteration then stops as if the range had ended. Check it after iterating.
+    pub fn error(&self) -> Option<&crate::Error> {
+        self.front.as_ref().and_then(Cursor::error).or_else(|| self.back.as_ref().and_then(Cursor::error))
+    }
+
+    /// Takes the error that ended this iteration early (see [`error`](Self::error)).
+    pub fn take_error(&mut self) -> Option<crate::Error> {
+        self.front.as_mut().and_then(Cursor::take_error).or_else(|| self.back.as_mut().and_then(Cursor::take_error))
+    }
+
     fn within_start(&self, key: &[u8]) -> bool {
         match &self.start {
             Bound::Included(s) => key >= s.as_slice(),

@@ -51,7 +51,6 @@ mod bulk;
 mod cursor;
 mod node;
 mod overflow;
-mod pages;
 pub mod search;
 pub mod stored;
 mod tree;

@@ -8,8 +8,7 @@
 //! [`BTree::update_chain`], under the leaf's exclusive latch.
 
 use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
-use super::tree::{BTree, Room};
-use crate::sync::Restart;
+use super::tree::{Abort, BTree, Room};
 use crate::Result;
 use crossbeam_epoch::Guard;
 
@@ -127,7 +126,8 @@ impl BTree {
                     }
                     return Ok((applied, r));
                 }
-                Err(Restart) => self.count_restart(),
+                Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => return Err(e),
             }
         }
     }
@@ -148,13 +148,13 @@ impl BTree {
         reserve: usize,
         f: &mut Option<F>,
         guard: &Guard,
-    ) -> Result<(Applied, R, bool), Restart> {
+    ) -> Result<(Applied, R, bool), Abort> {
         let (at, parent) = self.descend_to_write(key, guard)?;
-        let n = NodeRef::new(&at.node.page);
+        let n = NodeRef::new(at.page);
         let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
         if let Room::Split = self.room(n, key.len(), reserve) {
             self.make_room(parent, at, Room::Split, guard)?;
-            return Err(Restart);
+            return Err(Abort::Restart);
         }
         let _x = at.version.into_exclusive()?;
         let v = if existed { n.value_ref(slot) } else { ValueRef { off: 0, len: 0, flags: 0 } };

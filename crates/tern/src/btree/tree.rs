@@ -19,14 +19,17 @@
 
 use super::node::{self, Entry, NodeRef, NodeSpec, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::overflow;
-use super::pages::{Node, PageTable};
 use super::search::Layout;
 use super::stored::Stored;
-use crate::sync::{OptimisticGuard, Restart};
+use crate::buffer::{ExclusivePage, Kind, Miss, Page, PageRef, Pool};
+use crate::sync::Restart;
 use crate::{Error, Result};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
+use std::sync::Arc;
 
 /// Optimistic attempts before a reader takes shared latches.
 pub(crate) const OPTIMISTIC_ATTEMPTS: u32 = 8;
@@ -92,6 +95,8 @@ pub struct TreeStats {
     pub compactions: u64,
     /// Pages in use (nodes and overflow pages).
     pub pages: usize,
+    /// Overflow pages left allocated because an I/O error stopped freeing their chain.
+    pub leaked_pages: u64,
 }
 
 #[derive(Default)]
@@ -100,6 +105,7 @@ struct Counters {
     splits: CachePadded<AtomicU64>,
     merges: CachePadded<AtomicU64>,
     compactions: CachePadded<AtomicU64>,
+    leaked: AtomicU64,
 }
 
 impl Counters {
@@ -108,9 +114,33 @@ impl Counters {
     }
 }
 
+/// Why a tree operation stopped before finishing: retry it, or fail with an error.
+#[derive(Debug)]
+pub(crate) enum Abort {
+    /// An optimistic read was invalidated (or a page had to be faulted in): start over.
+    Restart,
+    /// A page could not be read or written.
+    Fail(Error),
+}
+
+impl From<Restart> for Abort {
+    #[inline]
+    fn from(_: Restart) -> Abort {
+        Abort::Restart
+    }
+}
+
+impl From<Error> for Abort {
+    fn from(e: Error) -> Abort {
+        Abort::Fail(e)
+    }
+}
+
 /// A concurrent B+tree of byte-string keys and values.
 pub struct BTree {
-    pub(crate) pages: PageTable,
+    pub(crate) pool: Arc<Pool>,
+    /// Pages this tree holds (nodes and overflow pages).
+    pub(crate) page_count: AtomicUsize,
     root: AtomicU32,
     pub(crate) layout: Layout,
     pub(crate) hints: bool,
@@ -128,9 +158,9 @@ enum PutMode {
 
 /// A node reached by a descent, with its id and optimistic version.
 pub(crate) struct Visit<'g> {
-    pub node: &'g Node,
+    pub page: &'g Page,
     pub pid: u32,
-    pub version: OptimisticGuard<'g, ()>,
+    pub version: PageRef<'g>,
 }
 
 /// The result of descending to a node: it, and its parent with the slot leading to it.
@@ -150,8 +180,22 @@ impl BTree {
     /// An empty tree.
     pub fn new(config: TreeConfig) -> Result<BTree> {
         config.validate()?;
+        BTree::with_pool(config, Pool::memory(config.page_size, config.huge_pages))
+    }
+
+    /// An empty tree whose pages live in `pool`, which must have the configured page size.
+    pub fn with_pool(config: TreeConfig, pool: Arc<Pool>) -> Result<BTree> {
+        config.validate()?;
+        if pool.page_size() != config.page_size {
+            return Err(Error::InvalidArgument(format!(
+                "the tree's page size ({}) differs from its buffer pool's ({})",
+                config.page_size,
+                pool.page_size()
+            )));
+        }
         let tree = BTree {
-            pages: PageTable::new(config.page_size, config.huge_pages),
+            pool,
+            page_count: AtomicUsize::new(0),
             root: AtomicU32::new(0),
             layout: config.layout,
             hints: config.hints,
@@ -159,18 +203,41 @@ impl BTree {
             prefetch: AtomicU8::new(config.prefetch),
             counters: Counters::default(),
         };
-        let guard = crossbeam_epoch::pin();
-        let (pid, root) = tree.pages.alloc(&guard);
+        let (pid, root) = tree.alloc(Kind::Leaf)?;
         let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
-        node::build(&root.page, &spec, &[], tree.layout, tree.hints);
+        node::build(root.page(), &spec, &[], tree.layout, tree.hints);
+        drop(root);
         tree.root.store(pid, Release);
         Ok(tree)
+    }
+
+    /// The buffer pool this tree's pages live in.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// A new page of `kind` for this tree, held exclusively.
+    pub(crate) fn alloc(&self, kind: Kind) -> Result<(u32, ExclusivePage<'_>)> {
+        let page = self.pool.alloc(kind)?;
+        self.page_count.fetch_add(1, Relaxed);
+        Ok(page)
+    }
+
+    /// Counts pages an I/O error kept from being freed.
+    pub(crate) fn note_leaked(&self, pages: usize) {
+        self.counters.leaked.fetch_add(pages as u64, Relaxed);
+    }
+
+    /// Frees a page of this tree (when `page`'s guard is dropped).
+    pub(crate) fn free_page(&self, page: &ExclusivePage<'_>) {
+        page.free();
+        self.page_count.fetch_sub(1, Relaxed);
     }
 
     /// The configuration the tree was built with (prefetch: the current depth).
     pub fn config(&self) -> TreeConfig {
         TreeConfig {
-            page_size: self.pages.page_size(),
+            page_size: self.pool.page_size(),
             layout: self.layout,
             prefetch: self.prefetch_depth(),
             hints: self.hints,
@@ -192,12 +259,12 @@ impl BTree {
 
     /// The longest key this tree accepts: an eighth of a page.
     pub fn max_key_len(&self) -> usize {
-        self.pages.page_size() / 8
+        self.pool.page_size() / 8
     }
 
     /// Records (key + value) up to this size live in the leaf; larger values go to overflow pages.
     pub(crate) fn max_inline(&self) -> usize {
-        self.pages.page_size() / 4
+        self.pool.page_size() / 4
     }
 
     pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
@@ -217,7 +284,8 @@ impl BTree {
             splits: self.counters.splits.load(Relaxed),
             merges: self.counters.merges.load(Relaxed),
             compactions: self.counters.compactions.load(Relaxed),
-            pages: self.pages.live_pages(),
+            pages: self.page_count.load(Relaxed),
+            leaked_pages: self.counters.leaked.load(Relaxed),
         }
     }
 
@@ -233,48 +301,67 @@ impl BTree {
     // ---- descent ----
 
     /// The root, optimistically; restarts if the root changed while it was being read.
-    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Result<Visit<'g>, Restart> {
+    pub(crate) fn root<'g>(&'g self, _guard: &'g Guard) -> Result<Visit<'g>, Abort> {
         let pid = self.root.load(Acquire);
-        let node = self.pages.get(pid, guard).ok_or(Restart)?;
-        let version = node.latch.optimistic();
+        let at = self.fix(pid, None)?;
         if self.root.load(Acquire) != pid {
-            return Err(Restart);
+            return Err(Abort::Restart);
         }
-        Ok(Visit { node, pid, version })
+        Ok(at)
+    }
+
+    /// Reads page `pid` optimistically, then validates `parent` (where `pid` was read). An
+    /// evicted page is faulted in (once `parent` confirms the id) and the caller restarts.
+    #[inline]
+    pub(crate) fn fix<'g>(&'g self, pid: u32, parent: Option<&PageRef<'_>>) -> Result<Visit<'g>, Abort> {
+        match self.pool.optimistic(pid) {
+            Ok(version) => {
+                let page = version.page();
+                if self.prefetch_depth() > 0 {
+                    NodeRef::new(page).prefetch_header();
+                }
+                if let Some(parent) = parent {
+                    parent.validate()?;
+                }
+                Ok(Visit { page, pid, version })
+            }
+            Err(Miss::Evicted) => {
+                if let Some(parent) = parent {
+                    parent.validate()?;
+                }
+                self.pool.fault_in(pid)?;
+                Err(Abort::Restart)
+            }
+            Err(Miss::Restart) => Err(Abort::Restart),
+        }
     }
 
     /// Steps from `parent` to its child in slot `slot`: reads the child's version, then
     /// validates the parent (so the child id was current).
     #[inline]
-    pub(crate) fn child<'g>(&self, parent: &Visit<'g>, slot: usize, guard: &'g Guard) -> Result<Visit<'g>, Restart> {
-        let pid = NodeRef::new(&parent.node.page).child(slot);
-        let node = self.pages.get(pid, guard).ok_or(Restart)?;
-        if self.prefetch_depth() > 0 {
-            NodeRef::new(&node.page).prefetch_header();
-        }
-        let version = node.latch.optimistic();
-        parent.version.validate()?;
-        Ok(Visit { node, pid, version })
+    pub(crate) fn child<'g>(&'g self, parent: &Visit<'g>, slot: usize, _guard: &'g Guard) -> Result<Visit<'g>, Abort> {
+        let pid = NodeRef::new(parent.page).child(slot);
+        self.fix(pid, Some(&parent.version))
     }
 
     /// Descends towards `key` to the node at `level` (0: the leaf). `before`: towards the
     /// largest keys below `key` instead (used for backward scans).
     pub(crate) fn descend<'g>(
-        &self,
+        &'g self,
         key: &[u8],
         level: u8,
         before: bool,
         guard: &'g Guard,
-    ) -> Result<Path<'g>, Restart> {
+    ) -> Result<Path<'g>, Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         let mut parent = None;
         loop {
-            let n = NodeRef::new(&at.node.page);
+            let n = NodeRef::new(at.page);
             if n.level() <= level || n.is_leaf() {
                 if n.level() != level {
                     at.version.validate()?;
-                    return Err(Restart); // the tree shrank below `level` meanwhile
+                    return Err(Abort::Restart); // the tree shrank below `level` meanwhile
                 }
                 return Ok(Path { at, parent });
             }
@@ -313,44 +400,49 @@ impl BTree {
             };
             match found {
                 Ok(found) => return Ok(found),
-                Err(Restart) => self.count_restart(),
+                Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => return Err(e),
             }
         }
         unreachable!("the loop returns")
     }
 
-    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Restart> {
+    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Abort> {
         let path = self.descend(key, 0, false, guard)?;
-        let leaf = NodeRef::new(&path.at.node.page);
+        let leaf = NodeRef::new(path.at.page);
         let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
+        if found && self.pool.evicts() && leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
+            // A chain may span more pages than the pool holds: the leaf stays resident (and
+            // the chain allocated) under a shared latch while it is read, page by page.
+            let _pinned = path.at.version.into_shared()?;
+            return Ok(Some(self.read_stored(leaf, slot, out, guard)?));
+        }
         let stored = if found { Some(self.read_stored(leaf, slot, out, guard)?) } else { None };
         path.at.version.validate()?;
         Ok(stored)
     }
 
     /// Shared-mode lock coupling: slower, but it cannot be starved by writers.
-    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Restart> {
+    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Abort> {
         let pid = self.root.load(Acquire);
-        let mut node = self.pages.get(pid, guard).ok_or(Restart)?;
-        let mut held = node.latch.shared();
+        let mut held = self.pool.shared(pid)?.ok_or(Abort::Restart)?;
         if self.root.load(Acquire) != pid {
-            return Err(Restart);
+            return Err(Abort::Restart);
         }
         loop {
-            let n = NodeRef::new(&node.page);
+            let n = NodeRef::new(held.page());
             if n.is_leaf() {
                 let (slot, found) = n.find(key, self.layout, 0);
                 return if found { Ok(Some(self.read_stored(n, slot, out, guard)?)) } else { Ok(None) };
             }
-            let child = self.pages.get(n.child(n.search(key, true, self.layout, 0)), guard).ok_or(Restart)?;
-            let child_held = child.latch.shared();
-            drop(held);
-            (node, held) = (child, child_held);
+            let child = n.child(n.search(key, true, self.layout, 0));
+            // The child is taken before the parent is let go (assigning drops the old guard).
+            held = self.pool.shared(child)?.ok_or(Abort::Restart)?;
         }
     }
 
     /// Appends what slot `slot` stores to `out`: its value, or its chain address.
-    fn read_stored(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>, guard: &Guard) -> Result<Stored, Restart> {
+    fn read_stored(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>, guard: &Guard) -> Result<Stored, Abort> {
         if leaf.value_ref(slot).flags & FLAG_CHAIN != 0 {
             leaf.chain_into(slot, out);
             Ok(Stored::Chain)
@@ -366,11 +458,11 @@ impl BTree {
         leaf: NodeRef<'_>,
         slot: usize,
         out: &mut Vec<u8>,
-        guard: &Guard,
-    ) -> Result<(), Restart> {
+        _guard: &Guard,
+    ) -> Result<(), Abort> {
         if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
             let (first, len) = leaf.overflow_ref(slot);
-            overflow::read(&self.pages, first, len.min(MAX_VALUE), out, guard)
+            overflow::read(&self.pool, first, len.min(MAX_VALUE), out)
         } else {
             leaf.value_into(slot, out);
             Ok(())
@@ -397,7 +489,7 @@ impl BTree {
         let guard = crossbeam_epoch::pin();
         // A large value goes to overflow pages first; the leaf stores a reference.
         let (stored, flags) = if key.len() + value.len() > self.max_inline() {
-            let first = overflow::write(&self.pages, value, &guard);
+            let first = overflow::write(self, value)?;
             let mut r = first.to_le_bytes().to_vec();
             r.extend_from_slice(&(value.len() as u32).to_le_bytes());
             (r, FLAG_OVERFLOW)
@@ -409,16 +501,17 @@ impl BTree {
                 Ok(existed) => {
                     if existed && mode == PutMode::InsertNew && flags & FLAG_OVERFLOW != 0 {
                         // Not inserted: the chain written above is unused.
-                        overflow::free(
-                            &self.pages,
-                            u32::from_le_bytes(stored[..4].try_into().expect("4")),
-                            value.len(),
-                            &guard,
-                        );
+                        overflow::free(self, u32::from_le_bytes(stored[..4].try_into().expect("4")), value.len());
                     }
                     return Ok(if mode == PutMode::InsertNew { !existed } else { existed });
                 }
-                Err(Restart) => self.count_restart(),
+                Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => {
+                    if flags & FLAG_OVERFLOW != 0 {
+                        overflow::free(self, u32::from_le_bytes(stored[..4].try_into().expect("4")), value.len());
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -426,15 +519,15 @@ impl BTree {
     /// Descends to the leaf for `key` on behalf of a writer, splitting full inner nodes on the
     /// way (so a leaf split always fits in its parent); returns the leaf and its parent.
     pub(crate) fn descend_to_write<'g>(
-        &self,
+        &'g self,
         key: &[u8],
         guard: &'g Guard,
-    ) -> Result<(Visit<'g>, Option<Visit<'g>>), Restart> {
+    ) -> Result<(Visit<'g>, Option<Visit<'g>>), Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         let mut parent: Option<Visit<'_>> = None;
         loop {
-            let n = NodeRef::new(&at.node.page);
+            let n = NodeRef::new(at.page);
             if n.is_leaf() {
                 return Ok((at, parent));
             }
@@ -442,7 +535,7 @@ impl BTree {
                 Room::InPlace => {}
                 room => {
                     self.make_room(parent, at, room, guard)?;
-                    return Err(Restart);
+                    return Err(Abort::Restart);
                 }
             }
             let slot = n.search(key, true, layout, pf);
@@ -453,11 +546,11 @@ impl BTree {
     }
 
     /// One attempt at a put; `Ok(true)` if the key existed (and, for `Upsert`, was replaced).
-    fn try_put(&self, key: &[u8], value: &[u8], flags: u16, mode: PutMode, guard: &Guard) -> Result<bool, Restart> {
+    fn try_put(&self, key: &[u8], value: &[u8], flags: u16, mode: PutMode, guard: &Guard) -> Result<bool, Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let (at, parent) = self.descend_to_write(key, guard)?;
         {
-            let n = NodeRef::new(&at.node.page);
+            let n = NodeRef::new(at.page);
             let (slot, existed) = n.find(key, layout, pf);
             if existed && mode == PutMode::InsertNew {
                 at.version.validate()?;
@@ -488,7 +581,7 @@ impl BTree {
                 }
                 Room::Split => {
                     self.make_room(parent, at, Room::Split, guard)?;
-                    return Err(Restart);
+                    return Err(Abort::Restart);
                 }
             }
             Ok(existed)
@@ -496,10 +589,10 @@ impl BTree {
     }
 
     /// Frees slot `slot`'s overflow chain, if it has one (the slot is about to go).
-    pub(crate) fn free_value(&self, leaf: NodeRef<'_>, slot: usize, guard: &Guard) {
+    pub(crate) fn free_value(&self, leaf: NodeRef<'_>, slot: usize, _guard: &Guard) {
         if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
             let (first, len) = leaf.overflow_ref(slot);
-            overflow::free(&self.pages, first, len, guard);
+            overflow::free(self, first, len);
         }
     }
 
@@ -535,36 +628,47 @@ impl BTree {
         parent: Option<Visit<'_>>,
         at: Visit<'_>,
         room: Room,
-        guard: &Guard,
-    ) -> Result<(), Restart> {
+        _guard: &Guard,
+    ) -> Result<(), Abort> {
         if let Room::AfterRebuild = room {
             let _x = at.version.into_exclusive()?;
-            let n = NodeRef::new(&at.node.page);
+            let n = NodeRef::new(at.page);
             self.rebuild(n, &Entry::read_all(n));
             return Ok(());
         }
         match parent {
             None => {
                 let _x = at.version.into_exclusive()?;
-                self.split(None, at.pid, NodeRef::new(&at.node.page), guard);
+                self.split(None, at.pid, NodeRef::new(at.page))?;
             }
             Some(p) => {
                 let _px = p.version.into_exclusive()?;
                 let _x = at.version.into_exclusive()?;
-                self.split(Some(NodeRef::new(&p.node.page)), at.pid, NodeRef::new(&at.node.page), guard);
+                self.split(Some(NodeRef::new(p.page)), at.pid, NodeRef::new(at.page))?;
             }
         }
         Ok(())
     }
 
     /// Splits node `pid` in two, adding the separator to `parent`, or to a new root if it has
-    /// none. The caller holds both exclusively.
-    fn split(&self, parent: Option<NodeRef<'_>>, pid: u32, n: NodeRef<'_>, guard: &Guard) {
+    /// none. The caller holds both exclusively. The new pages are allocated before anything
+    /// changes, so an error leaves the tree as it was.
+    fn split(&self, parent: Option<NodeRef<'_>>, pid: u32, n: NodeRef<'_>) -> Result<()> {
+        let leaf = n.is_leaf();
+        let (right_pid, right) = self.alloc(if leaf { Kind::Leaf } else { Kind::Inner })?;
+        let new_root = match parent {
+            Some(_) => None,
+            None => match self.alloc(Kind::Inner) {
+                Ok(root) => Some(root),
+                Err(e) => {
+                    self.free_page(&right);
+                    return Err(e);
+                }
+            },
+        };
         let entries = Entry::read_all(n);
         let (lower, upper) = (n.lower_fence(), n.upper_fence());
         let mid = split_point(&entries);
-        let (right_pid, right) = self.pages.alloc(guard);
-        let leaf = n.is_leaf();
         let (separator, left_upper_child, right_entries) = if leaf {
             (shortest_separator(&entries[mid - 1].key, &entries[mid].key), 0, &entries[mid..])
         } else {
@@ -577,7 +681,7 @@ impl BTree {
             upper: upper.as_deref(),
             upper_child: n.upper_child(),
         };
-        node::build(&right.page, &right_spec, right_entries, self.layout, self.hints);
+        node::build(right.page(), &right_spec, right_entries, self.layout, self.hints);
         let left_spec = NodeSpec {
             leaf,
             level: n.level(),
@@ -586,24 +690,26 @@ impl BTree {
             upper_child: left_upper_child,
         };
         node::build(n.page, &left_spec, &entries[..mid], self.layout, self.hints);
-        match parent {
-            Some(p) => {
+        match (parent, new_root) {
+            (Some(p), _) => {
                 let slot = p.search(&separator, true, self.layout, 0);
                 debug_assert_eq!(p.child(slot), pid, "the parent's slot for the split node");
                 p.set_child(slot, right_pid);
                 debug_assert!(p.fits_in_place(separator.len(), 0, self.layout), "eager splits leave room");
                 p.insert_at(slot, &separator, &[], pid, self.layout);
             }
-            None => {
-                let (root_pid, root) = self.pages.alloc(guard);
+            (None, Some((root_pid, root))) => {
                 let spec =
                     NodeSpec { leaf: false, level: n.level() + 1, lower: None, upper: None, upper_child: right_pid };
                 let entry = Entry { key: separator, value: Vec::new(), flags: 0, child: pid };
-                node::build(&root.page, &spec, &[entry], self.layout, self.hints);
+                node::build(root.page(), &spec, &[entry], self.layout, self.hints);
+                drop(root);
                 self.root.store(root_pid, Release);
             }
+            (None, None) => unreachable!("a root split allocates the new root"),
         }
         Counters::bump(&self.counters.splits);
+        Ok(())
     }
 
     /// Removes `key`; returns true if it was present.
@@ -613,7 +719,8 @@ impl BTree {
         let (found, underfull) = loop {
             match self.try_delete(key, &guard) {
                 Ok(done) => break done,
-                Err(Restart) => self.count_restart(),
+                Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => return Err(e),
             }
         };
         if underfull {
@@ -622,9 +729,9 @@ impl BTree {
         Ok(found)
     }
 
-    fn try_delete(&self, key: &[u8], guard: &Guard) -> Result<(bool, bool), Restart> {
+    fn try_delete(&self, key: &[u8], guard: &Guard) -> Result<(bool, bool), Abort> {
         let path = self.descend(key, 0, false, guard)?;
-        let leaf = NodeRef::new(&path.at.node.page);
+        let leaf = NodeRef::new(path.at.page);
         let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
         if !found {
             path.at.version.validate()?;
@@ -637,7 +744,7 @@ impl BTree {
     }
 
     pub(crate) fn underfull(&self, n: NodeRef<'_>) -> bool {
-        n.used_space(self.layout) <= self.pages.page_size() / 4
+        n.used_space(self.layout) <= self.pool.page_size() / 4
     }
 
     /// Merges the underfull node holding `key` at each level with a sibling, from the leaves
@@ -651,20 +758,20 @@ impl BTree {
                     level = next;
                     attempts = 0;
                 }
-                Ok(None) => return,
-                Err(Restart) => attempts += 1,
+                Ok(None) | Err(Abort::Fail(_)) => return,
+                Err(Abort::Restart) => attempts += 1,
             }
         }
     }
 
     /// Merges the node at `level` holding `key` with a sibling if it is underfull and the two
     /// fit in one page; returns the parent's level if the parent may now be underfull.
-    fn try_merge(&self, key: &[u8], level: u8, guard: &Guard) -> Result<Option<u8>, Restart> {
+    fn try_merge(&self, key: &[u8], level: u8, guard: &Guard) -> Result<Option<u8>, Abort> {
         let path = self.descend(key, level, false, guard)?;
         let Some((parent, slot)) = path.parent else {
             return Ok(None); // the root
         };
-        let (n, p) = (NodeRef::new(&path.at.node.page), NodeRef::new(&parent.node.page));
+        let (n, p) = (NodeRef::new(path.at.page), NodeRef::new(parent.page));
         if !self.underfull(n) {
             return Ok(None);
         }
@@ -678,8 +785,8 @@ impl BTree {
         };
         let sibling = self.child(&parent, sibling_slot, guard)?;
         let (left, right) = if sibling_slot > slot { (path.at, sibling) } else { (sibling, path.at) };
-        let (ln, rn) = (NodeRef::new(&left.node.page), NodeRef::new(&right.node.page));
-        if ln.used_space(self.layout) + rn.used_space(self.layout) > self.pages.page_size() * 3 / 4 {
+        let (ln, rn) = (NodeRef::new(left.page), NodeRef::new(right.page));
+        if ln.used_space(self.layout) + rn.used_space(self.layout) > self.pool.page_size() * 3 / 4 {
             parent.version.validate()?;
             return Ok(None);
         }
@@ -699,18 +806,18 @@ impl BTree {
             upper: upper.as_deref(),
             upper_child: rn.upper_child(),
         };
-        if node::required_space(&spec, &entries, self.layout) > self.pages.page_size() {
+        if node::required_space(&spec, &entries, self.layout) > self.pool.page_size() {
             return Ok(None);
         }
         node::build(ln.page, &spec, &entries, self.layout, self.hints);
         p.remove_at(left_slot, self.layout);
         p.set_child(left_slot, left.pid);
-        self.pages.free(right.pid, guard);
+        self.free_page(&_rx);
         Counters::bump(&self.counters.merges);
         if p.count() == 0 && self.root.load(Acquire) == parent.pid {
             // An inner root with a single child: the child becomes the root.
             self.root.store(left.pid, Release);
-            self.pages.free(parent.pid, guard);
+            self.free_page(&_px);
             return Ok(None);
         }
         Ok(self.underfull(p).then_some(level + 1))
@@ -721,14 +828,24 @@ impl BTree {
     /// separators, levels decreasing by one, leaves all at level 0, hint arrays kept as the
     /// configuration says and matching their slots. Returns the shape.
     pub fn check(&self) -> std::result::Result<TreeShape, String> {
-        let guard = crossbeam_epoch::pin();
         let root = self.root.load(Acquire);
         let mut shape = TreeShape::default();
-        let node = self.pages.get(root, &guard).ok_or("the root page is missing")?;
-        let level = NodeRef::new(&node.page).level();
+        let level = {
+            let node = self.check_fix(root)?;
+            NodeRef::new(node.page()).level()
+        };
         shape.height = usize::from(level) + 1;
-        self.check_node(root, None, None, level, &mut shape, &guard)?;
+        self.check_node(root, None, None, level, &mut shape)?;
         Ok(shape)
+    }
+
+    /// Page `pid` in shared mode, for `check`.
+    fn check_fix(&self, pid: u32) -> std::result::Result<crate::buffer::SharedPage<'_>, String> {
+        match self.pool.shared(pid) {
+            Ok(Some(page)) => Ok(page),
+            Ok(None) => Err(format!("page {pid} is missing")),
+            Err(e) => Err(format!("page {pid}: {e}")),
+        }
     }
 
     fn check_node(
@@ -738,10 +855,9 @@ impl BTree {
         upper: Option<&[u8]>,
         level: u8,
         shape: &mut TreeShape,
-        guard: &Guard,
     ) -> std::result::Result<(), String> {
-        let node = self.pages.get(pid, guard).ok_or(format!("page {pid} is missing"))?;
-        let n = NodeRef::new(&node.page);
+        let node = self.check_fix(pid)?;
+        let n = NodeRef::new(node.page());
         let here = format!("page {pid} (level {})", n.level());
         if n.level() != level || n.is_leaf() != (level == 0) {
             return Err(format!("{here}: expected level {level}"));
@@ -780,10 +896,42 @@ impl BTree {
         shape.inner += 1;
         let mut low = lower.map(<[u8]>::to_vec);
         for (i, k) in keys.iter().enumerate() {
-            self.check_node(n.child(i), low.as_deref(), Some(k), level - 1, shape, guard)?;
+            self.check_node(n.child(i), low.as_deref(), Some(k), level - 1, shape)?;
             low = Some(k.clone());
         }
-        self.check_node(n.upper_child(), low.as_deref(), upper, level - 1, shape, guard)
+        self.check_node(n.upper_child(), low.as_deref(), upper, level - 1, shape)
+    }
+}
+
+impl Drop for BTree {
+    /// Frees the tree's pages when its pool outlives it (a pool of its own simply goes too).
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.pool) > 1 {
+            self.free_subtree(self.root.load(Acquire), &crossbeam_epoch::pin());
+        }
+    }
+}
+
+impl BTree {
+    /// Frees page `pid` and everything below it (the tree is no longer shared).
+    fn free_subtree(&self, pid: u32, guard: &Guard) {
+        let page = match self.pool.exclusive(pid) {
+            Ok(Some(page)) => page,
+            Ok(None) => return,
+            Err(_) => return self.note_leaked(1),
+        };
+        let n = NodeRef::new(page.page());
+        if n.is_leaf() {
+            for slot in 0..n.count() {
+                self.free_value(n, slot, guard);
+            }
+        } else {
+            for slot in 0..n.count() {
+                self.free_subtree(n.child(slot), guard);
+            }
+            self.free_subtree(n.upper_child(), guard);
+        }
+        self.free_page(&page);
     }
 }
 

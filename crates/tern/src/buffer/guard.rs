@@ -33,11 +33,6 @@ impl<'p> PageRef<'p> {
     }
 
     #[inline]
-    pub(crate) fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    #[inline]
     fn state(&self) -> StateWord<'p> {
         self.pool.state_word_of(self.word)
     }
@@ -65,14 +60,18 @@ impl<'p> PageRef<'p> {
             Err(Restart)
         }
     }
+}
 
-    /// Turns the read into shared mode, if nothing changed.
+impl<'p> PageRef<'p> {
+    /// Turns the read into shared mode, if nothing changed (the page then stays resident and
+    /// unchanged until the guard is dropped).
     pub(crate) fn into_shared(self) -> Result<SharedPage<'p>, Restart> {
-        if self.state().upgrade_shared(self.seen) {
-            add(self.state().class, Counter::Acquisitions, 1);
-            Ok(SharedPage::new(self.page, self.word, self.state().class))
+        let word = self.state();
+        if word.upgrade_shared(self.seen) {
+            add(word.class, Counter::Acquisitions, 1);
+            Ok(SharedPage::new(self.page, self.word, word.class))
         } else {
-            add(self.state().class, Counter::Restarts, 1);
+            add(word.class, Counter::Restarts, 1);
             Err(Restart)
         }
     }
@@ -123,11 +122,6 @@ impl<'p> ExclusivePage<'p> {
     #[inline]
     pub(crate) fn page(&self) -> &'p Page {
         self.page
-    }
-
-    #[inline]
-    pub(crate) fn pid(&self) -> u32 {
-        self.pid
     }
 
     /// Frees the page when this guard is dropped (its id and frame are reused).

@@ -218,6 +218,22 @@ pub(crate) fn head_of(key: &[u8]) -> u64 {
     }
 }
 
+/// Issues a prefetch (to L1) of the cache line holding `p`; a no-op on targets other than
+/// x86-64.
+#[inline(always)]
+pub(crate) fn prefetch_line<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint without architectural effect: it never faults, whatever the
+    // address, and reads no memory the program can observe. SSE, which provides it, is part of
+    // the x86-64 baseline. (The kernels pass only addresses inside their slice; a page may
+    // pass one past its end, computed from garbage an optimistic reader saw.)
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,20 +301,4 @@ mod tests {
         assert_eq!(p.u16_at(62), u16::from_le_bytes(*b"ab"));
         p.prefetch(usize::MAX);
     }
-}
-
-/// Issues a prefetch (to L1) of the cache line holding `p`; a no-op on targets other than
-/// x86-64.
-#[inline(always)]
-pub(crate) fn prefetch_line<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint without architectural effect: it never faults, whatever the
-    // address, and reads no memory the program can observe. SSE, which provides it, is part of
-    // the x86-64 baseline. (The kernels pass only addresses inside their slice; a page may
-    // pass one past its end, computed from garbage an optimistic reader saw.)
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

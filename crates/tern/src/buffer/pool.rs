@@ -9,7 +9,7 @@
 use super::file::PageFile;
 use super::frames::{Arena, Frame};
 use super::guard::{ExclusivePage, PageRef, SharedPage};
-use super::state::{self, Absent, StateWord, DIRTY, EVICTED, FREE, LOADING};
+use super::state::{self, Absent, StateWord, DIRTY, EVICTED, LOADING};
 use super::stats::{BufferStats, Counters};
 use crate::fs::Fs;
 use crate::sync::segmented::{Segmented, Zeroable};
@@ -18,15 +18,16 @@ use crate::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
 /// Page ids are 32 bits; this one is never handed out (it marks "no page").
 pub(crate) const NO_PAGE: u32 = u32::MAX;
 
-/// The fewest frames a bounded pool has: enough for every page one tree operation latches at
-/// once (a parent, a node, its sibling, a new sibling and a new root) many times over.
-pub const MIN_FRAMES: usize = 64;
+/// The fewest frames a bounded pool has: enough for the pages a few concurrent tree
+/// operations latch at once (each at most a parent, a node, its sibling, a new sibling and a
+/// new root); a pool asked to be smaller gets this many.
+pub const MIN_FRAMES: usize = 16;
 
 /// The latch class of every page (spin policy and counters).
 pub(crate) static PAGE_CLASS: LazyLock<LatchClass> =
@@ -222,57 +223,42 @@ impl Pool {
         }
     }
 
-    /// Page `pid` in shared mode, faulted in if needed (`pid` must be a live page: the caller
-    /// holds a latch on what named it).
-    pub(crate) fn shared(&self, pid: u32) -> Result<SharedPage<'_>> {
-        let entry = self.entry(pid)?;
+    /// Page `pid` in shared mode, faulted in if needed; `None` if no page has that id (a
+    /// stale id: the caller restarts).
+    pub(crate) fn shared(&self, pid: u32) -> Result<Option<SharedPage<'_>>> {
+        let Some(entry) = self.table.get(pid) else { return Ok(None) };
         loop {
             match self.state_word(entry).lock_shared() {
                 Ok(()) => {
                     let frame = self.frame_of(entry).expect("a resident page has a frame");
-                    return Ok(SharedPage::new(&frame.page, &entry.word, self.class));
+                    return Ok(Some(SharedPage::new(&frame.page, &entry.word, self.class)));
                 }
                 Err(Absent::Evicted) => self.fault_in(pid)?,
-                Err(Absent::Free) => return Err(self.no_page(pid)),
+                Err(Absent::Free) => return Ok(None),
             }
         }
     }
 
-    /// Page `pid` in exclusive mode, faulted in if needed (`pid` must be a live page).
-    pub(crate) fn exclusive(&self, pid: u32) -> Result<ExclusivePage<'_>> {
-        let entry = self.entry(pid)?;
+    /// Page `pid` in exclusive mode, faulted in if needed; `None` if no page has that id.
+    pub(crate) fn exclusive(&self, pid: u32) -> Result<Option<ExclusivePage<'_>>> {
+        let Some(entry) = self.table.get(pid) else { return Ok(None) };
         loop {
             match self.state_word(entry).lock_exclusive() {
                 Ok(()) => {
                     let frame = self.frame_of(entry).expect("a resident page has a frame");
-                    return Ok(ExclusivePage::new(self, pid, &frame.page, &entry.word));
+                    return Ok(Some(ExclusivePage::new(self, pid, &frame.page, &entry.word)));
                 }
                 Err(Absent::Evicted) => self.fault_in(pid)?,
-                Err(Absent::Free) => return Err(self.no_page(pid)),
+                Err(Absent::Free) => return Ok(None),
             }
         }
     }
 
-    fn entry(&self, pid: u32) -> Result<&Entry> {
-        self.table.get(pid).ok_or_else(|| self.no_page(pid))
-    }
-
-    fn no_page(&self, pid: u32) -> Error {
-        Error::Corruption {
-            file: self.file_name(),
-            offset: pid as u64 * self.page_size as u64,
-            reason: format!("page {pid} is referenced but not allocated"),
-        }
-    }
-
-    pub(crate) fn file_name(&self) -> String {
-        self.file.as_ref().map_or_else(|| "(memory)".to_string(), PageFile::name)
-    }
-
     /// Brings page `pid` into memory if it is on disk only (waits if another thread is loading
-    /// it). A checksum mismatch or an I/O error leaves it on disk and is returned.
+    /// it; does nothing if no page has the id). A checksum mismatch or an I/O error leaves it
+    /// on disk and is returned.
     pub(crate) fn fault_in(&self, pid: u32) -> Result<()> {
-        let entry = self.entry(pid)?;
+        let Some(entry) = self.table.get(pid) else { return Ok(()) };
         let word = self.state_word(entry);
         loop {
             match state::state(word.load()) {
@@ -282,7 +268,6 @@ impl Pool {
                     }
                 }
                 LOADING => word.wait_loaded(),
-                FREE => return Err(self.no_page(pid)),
                 _ => return Ok(()),
             }
         }
@@ -398,11 +383,10 @@ impl Pool {
     fn trim_file(&self, ids: &mut Ids) {
         let Some(file) = &self.file else { return };
         let spare = ids.file_pages.saturating_sub(ids.next) as usize * self.page_size;
-        if spare >= 1 << 20 && spare >= ids.file_pages as usize * self.page_size / 4 {
-            if file.set_pages(ids.next).is_ok() {
-                ids.file_pages = ids.next;
-                self.counters.truncations.fetch_add(1, Relaxed);
-            }
+        let worth = spare >= 1 << 20 && spare >= ids.file_pages as usize * self.page_size / 4;
+        if worth && file.set_pages(ids.next).is_ok() {
+            ids.file_pages = ids.next;
+            self.counters.truncations.fetch_add(1, Relaxed);
         }
     }
 

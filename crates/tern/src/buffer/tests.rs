@@ -57,7 +57,7 @@ fn pages_survive_eviction_in_a_pool_much_smaller_than_the_data() {
     assert_eq!(s.over_capacity, 0, "{s:?}");
     for (tag, &pid) in pids.iter().enumerate() {
         assert_eq!(read(&pool, pid).unwrap(), (tag as u64) << 32);
-        let x = pool.exclusive(pid).unwrap();
+        let x = pool.exclusive(pid).unwrap().unwrap();
         assert!(holds(x.page(), (tag as u64) << 32), "page {pid} came back whole");
     }
     assert!(pool.stats().reads >= 900, "{:?}", pool.stats());
@@ -72,7 +72,7 @@ fn freed_pages_are_reused_and_the_free_tail_is_cut() {
     let len = std::fs::metadata(dir.path().join("pages")).unwrap().len();
     assert!(len >= 500 * PAGE as u64, "{len}");
     for &pid in &pids[10..] {
-        let x = pool.exclusive(pid).unwrap();
+        let x = pool.exclusive(pid).unwrap().unwrap();
         x.free();
     }
     assert_eq!(pool.live_pages(), 10);
@@ -157,7 +157,7 @@ fn a_write_error_fails_the_eviction_that_needed_it_without_losing_the_page() {
     assert!(failed, "allocation beyond the pool needs a write-back, which fails");
     faults.fail_writes.store(false, std::sync::atomic::Ordering::Relaxed);
     for _ in 0..200 {
-        pool.alloc(Kind::Leaf).unwrap();
+        let _ = pool.alloc(Kind::Leaf).unwrap();
     }
     for (pid, t) in pids {
         assert_eq!(read(&pool, pid).unwrap(), t);
@@ -188,7 +188,7 @@ fn readers_writers_and_the_evictor_agree_on_every_page() {
                     let pid = pids[i];
                     if k % 2 == 0 {
                         // Writer: a new tag, whole page, under the exclusive latch.
-                        let g = pool.exclusive(pid).unwrap();
+                        let g = pool.exclusive(pid).unwrap().unwrap();
                         let tag = g.page().word(0) & !0xffff_ffff | (round + 1);
                         fill(g.page(), tag);
                     } else {
@@ -223,7 +223,7 @@ fn readers_writers_and_the_evictor_agree_on_every_page() {
 fn a_memory_pool_never_evicts() {
     let pool = Pool::memory(PAGE, false);
     for _ in 0..1000 {
-        pool.alloc(Kind::Leaf).unwrap();
+        let _ = pool.alloc(Kind::Leaf).unwrap();
     }
     let s = pool.stats();
     assert_eq!((s.evictions, s.capacity_pages, s.resident_pages, s.live_pages), (0, 0, 1000, 1000));
