@@ -22,6 +22,7 @@
 //! keeps nothing.
 
 use crate::btree::{BTree, TreeConfig, TreeStats};
+use crate::buffer::{BufferStats, Pool, PoolConfig, PAGE_FILE};
 use crate::checkpoint::{self, CheckpointStats};
 use crate::fs::{Fs, StdFs};
 use crate::lock::{LockConfig, LockManager, LockStats};
@@ -164,6 +165,8 @@ pub(crate) struct DbInner {
     pub global: Option<GlobalList>,
     /// The log, checkpoints and directory lock of a database on disk.
     pub durable: Option<Durable>,
+    /// Where every table's pages live.
+    pub pool: Arc<Pool>,
 }
 
 /// What a database on disk has besides its tables.
@@ -204,7 +207,15 @@ impl Db {
         if let Some(s) = stored {
             options.tree = s.apply(options.tree);
         }
-        let recovered = recovery::recover(&*fs, dir, options.tree, true)?;
+        // The page file is scratch space until pages are checkpointed in place: each open
+        // starts it afresh (see `buffer`).
+        let pool_config = PoolConfig {
+            page_size: options.tree.page_size,
+            cache_bytes: Some(options.cache_bytes),
+            huge_pages: options.tree.huge_pages,
+        };
+        let pool = Pool::with_file(pool_config, fs.clone(), dir.join(PAGE_FILE))?;
+        let recovered = recovery::recover(&*fs, dir, options.tree, &pool, true)?;
         if stored.is_none() {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
@@ -223,19 +234,22 @@ impl Db {
             checkpointer: StdMutex::new(None),
             _lock: lock,
         };
-        let db = Db::new(Some(dir.to_path_buf()), options, tables, Some(durable))?;
+        let db = Db::new(Some(dir.to_path_buf()), options, pool, tables, Some(durable))?;
         db.start_checkpointer();
         Ok(db)
     }
 
     /// A database in memory only, gone when the last handle is dropped.
     pub fn open_temporary(options: Options) -> Result<Db> {
-        Db::new(None, options, vec![(0, String::new(), BTree::new(options.tree)?)], None)
+        let pool = Pool::memory(options.tree.page_size, options.tree.huge_pages);
+        let table = BTree::with_pool(options.tree, pool.clone())?;
+        Db::new(None, options, pool, vec![(0, String::new(), table)], None)
     }
 
     fn new(
         path: Option<PathBuf>,
         options: Options,
+        pool: Arc<Pool>,
         tables: Vec<(u32, String, BTree)>,
         durable: Option<Durable>,
     ) -> Result<Db> {
@@ -272,6 +286,7 @@ impl Db {
                 counters: Counters::new(),
                 global,
                 durable,
+                pool,
             }),
         })
     }
@@ -358,7 +373,7 @@ impl Db {
         }
         let id = u32::try_from(catalog.by_id.len())
             .map_err(|_| Error::InvalidArgument("too many tables (at most 2^32)".into()))?;
-        let tree = BTree::new(self.inner.options.tree)?;
+        let tree = BTree::with_pool(self.inner.options.tree, self.inner.pool.clone())?;
         if let Some(d) = &self.inner.durable {
             // Logged (and synced) under the catalog latch: table ids enter the log in order.
             let mut payload = crate::wal::record::Payload::default();
@@ -433,6 +448,7 @@ impl Db {
                 .map(|d| d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner()).clone())
                 .unwrap_or_default(),
             recovery: inner.durable.as_ref().map(|d| d.recovery.clone()),
+            buffer: inner.pool.stats(),
         }
     }
 }
@@ -769,4 +785,6 @@ pub struct DbStats {
     pub checkpoints: CheckpointStats,
     /// What opening the database recovered (`None` for a database in memory).
     pub recovery: Option<RecoveryStats>,
+    /// The buffer pool every table's pages live in.
+    pub buffer: BufferStats,
 }

@@ -13,6 +13,7 @@
 //!    new commits log above the checkpoint's snapshot.
 
 use crate::btree::{BTree, TreeConfig};
+use crate::buffer::{Pool, PoolConfig, PAGE_FILE};
 use crate::checkpoint;
 use crate::fs::Fs;
 use crate::wal::reader::{scan, TornTail};
@@ -20,6 +21,8 @@ use crate::wal::record::Record;
 use crate::{Error, Result};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What opening the database found and did.
@@ -89,7 +92,13 @@ pub(crate) struct Recovered {
 
 /// Recovers the database in `dir`. With `repair`, leftovers are deleted and a torn tail cut;
 /// without (`tern check`), nothing is changed.
-pub(crate) fn recover(fs: &dyn Fs, dir: &Path, config: TreeConfig, repair: bool) -> Result<Recovered> {
+pub(crate) fn recover(
+    fs: &dyn Fs,
+    dir: &Path,
+    config: TreeConfig,
+    pool: &Arc<Pool>,
+    repair: bool,
+) -> Result<Recovered> {
     let started = Instant::now();
     let mut stats = RecoveryStats::default();
     let (newest, mut others) = checkpoint::list(fs, dir)?;
@@ -103,13 +112,13 @@ pub(crate) fn recover(fs: &dyn Fs, dir: &Path, config: TreeConfig, repair: bool)
     }
     let (mut tables, snapshot, lsn) = match newest {
         Some(seq) => {
-            let loaded = checkpoint::load(fs, dir, seq, config)?;
+            let loaded = checkpoint::load(fs, dir, seq, config, pool)?;
             stats.checkpoint = Some(loaded.name);
             stats.checkpoint_snapshot = loaded.snapshot;
             stats.checkpoint_entries = loaded.entries;
             (loaded.tables, loaded.snapshot, loaded.lsn)
         }
-        None => (vec![(0, String::new(), BTree::new(config)?)], 0, 0),
+        None => (vec![(0, String::new(), BTree::with_pool(config, pool.clone())?)], 0, 0),
     };
     if tables.is_empty() {
         return Err(Error::Corruption {
@@ -118,7 +127,7 @@ pub(crate) fn recover(fs: &dyn Fs, dir: &Path, config: TreeConfig, repair: bool)
             reason: "the checkpoint has no default table".into(),
         });
     }
-    let log = scan(fs, dir, lsn, repair, |record| apply(&mut tables, snapshot, config, record))?;
+    let log = scan(fs, dir, lsn, repair, |record| apply(&mut tables, snapshot, config, pool, record))?;
     stats.records_replayed = log.records;
     stats.bytes_replayed = log.bytes;
     stats.log_files = log.files.len();
@@ -141,6 +150,7 @@ fn apply(
     tables: &mut Vec<(u32, String, BTree)>,
     snapshot: u64,
     config: TreeConfig,
+    pool: &Arc<Pool>,
     record: Record<'_>,
 ) -> std::result::Result<(), String> {
     match record {
@@ -165,7 +175,7 @@ fn apply(
             Some((_, existing, _)) if existing == name => Ok(()),
             Some((_, existing, _)) => Err(format!("table {id} is named {existing:?}, the log says {name:?}")),
             None if id as usize == tables.len() => {
-                let tree = BTree::new(config).map_err(|e| e.to_string())?;
+                let tree = BTree::with_pool(config, pool.clone()).map_err(|e| e.to_string())?;
                 tables.push((id, name.to_string(), tree));
                 Ok(())
             }
@@ -241,7 +251,26 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
         Some(settings) => settings.apply(TreeConfig::default()),
         None => TreeConfig::default(),
     };
-    let recovered = recover(&fs, dir, config, false)?;
+    // Trees are rebuilt in a pool of the default cache size over a scratch page file outside
+    // the database directory, which this check must not change.
+    static CHECKS: AtomicU64 = AtomicU64::new(0);
+    let n = CHECKS.fetch_add(1, Relaxed);
+    let scratch = std::env::temp_dir().join(format!("tern-check-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|source| Error::Io { what: format!("creating {}", scratch.display()), source })?;
+    let pool_config = PoolConfig {
+        page_size: config.page_size,
+        cache_bytes: Some(crate::Options::default_cache_bytes()),
+        huge_pages: config.huge_pages,
+    };
+    let result = Pool::with_file(pool_config, Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE))
+        .and_then(|pool| check_with(dir, &fs, config, &pool));
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn check_with(dir: &Path, fs: &dyn Fs, config: TreeConfig, pool: &Arc<Pool>) -> Result<CheckReport> {
+    let recovered = recover(fs, dir, config, pool, false)?;
     let mut tables = Vec::new();
     for (_, name, tree) in &recovered.tables {
         let shape = tree.check().map_err(|why| Error::Corruption {

@@ -77,11 +77,47 @@ impl Model {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let db = Db::open_temporary(Options::default()).unwrap();
+    run_on(&Db::open_temporary(Options::default()).unwrap(), ops, &|_| ())
+}
+
+/// The same on a database on disk whose buffer pool holds 16 pages of 4 KiB, beside a ballast
+/// table of about 100 pages read between the steps: the modelled table's pages are evicted and
+/// read back all the time.
+fn run_evicting(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        cache_bytes: 0,
+        tree: tern::btree::TreeConfig { page_size: 4096, ..Default::default() },
+        wal: tern::WalConfig { durability: tern::Durability::NoSync, ..Default::default() },
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), options).unwrap();
+    let ballast = db.create_table("ballast").unwrap();
+    let mut t = db.begin().unwrap();
+    for i in 0..300u32 {
+        t.put_in(&ballast, &i.to_be_bytes(), &[i as u8; 1000]).unwrap();
+    }
+    t.commit().unwrap();
+    let churn = |step: usize| {
+        let t = db.begin_with(TxnOptions { read_only: true, ..TxnOptions::default() }).unwrap();
+        for j in 0..8 {
+            let i = ((step * 37 + j * 101) % 300) as u32;
+            assert_eq!(t.get_in(&ballast, &i.to_be_bytes()).unwrap(), Some(vec![i as u8; 1000]));
+        }
+    };
+    run_on(&db, ops, &churn)?;
+    let stats = db.stats().buffer;
+    prop_assert!(stats.capacity_pages == 16 && stats.evictions > 0 && stats.reads > 0, "{:?}", stats);
+    Ok(())
+}
+
+/// Runs `ops` on `db` (its default table empty), calling `between` after each step.
+fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCaseError> {
     let mut real: Vec<Option<Txn<'_>>> = (0..SLOTS).map(|_| None).collect();
     let mut model_txns: Vec<Option<ModelTxn>> = (0..SLOTS).map(|_| None).collect();
     let mut model = Model::default();
-    for op in ops {
+    for (step, op) in ops.into_iter().enumerate() {
+        between(step);
         match op {
             Op::Begin { slot, read_only } => {
                 if real[slot].is_some() {
@@ -218,5 +254,16 @@ proptest! {
     #[test]
     fn interleaved_transactions_match_the_model(ops in prop::collection::vec(op(), 1..120)) {
         run(ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn interleaved_transactions_match_the_model_with_pages_evicted_all_the_time(
+        ops in prop::collection::vec(op(), 1..120),
+    ) {
+        run_evicting(ops)?;
     }
 }

@@ -32,7 +32,21 @@ impl BTree {
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let tree = BTree::new(config)?;
+        BTree::bulk_load_in(config, crate::buffer::Pool::memory(config.page_size, config.huge_pages), entries)
+    }
+
+    /// [`BTree::bulk_load`] into a tree whose pages live in `pool`. Pages are written as they
+    /// fill, so a pool that evicts streams the load through its cache.
+    pub fn bulk_load_in<K, V>(
+        config: TreeConfig,
+        pool: std::sync::Arc<crate::buffer::Pool>,
+        entries: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<BTree>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let tree = BTree::with_pool(config, pool)?;
         let mut level = tree.load_leaves(entries)?;
         let mut height = 0u8;
         while level.len() > 1 {

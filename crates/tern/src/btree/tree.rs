@@ -903,16 +903,14 @@ impl BTree {
     }
 }
 
-impl Drop for BTree {
-    /// Frees the tree's pages when its pool outlives it (a pool of its own simply goes too).
-    fn drop(&mut self) {
-        if Arc::strong_count(&self.pool) > 1 {
-            self.free_subtree(self.root.load(Acquire), &crossbeam_epoch::pin());
-        }
-    }
-}
-
 impl BTree {
+    /// Frees every page of the tree, leaving it unusable: for dropping a tree whose pool lives
+    /// on (a tree dropped without it keeps its pages allocated until the pool goes, as a
+    /// database's tables do at close).
+    pub fn free_all(self) {
+        self.free_subtree(self.root.load(Acquire), &crossbeam_epoch::pin());
+    }
+
     /// Frees page `pid` and everything below it (the tree is no longer shared).
     fn free_subtree(&self, pid: u32, guard: &Guard) {
         let page = match self.pool.exclusive(pid) {

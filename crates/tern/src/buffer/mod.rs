@@ -39,15 +39,20 @@ mod evict;
 mod file;
 mod frames;
 mod guard;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod page;
 mod pool;
 pub(crate) mod state;
 mod stats;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
 pub(crate) use pool::{Kind, Miss, NO_PAGE};
 pub use pool::{Pool, PoolConfig, MIN_FRAMES};
+
+/// The page file's name in a database directory.
+pub const PAGE_FILE: &str = "pages";
 pub use stats::BufferStats;

@@ -18,7 +18,7 @@ use crate::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
 /// Page ids are 32 bits; this one is never handed out (it marks "no page").
@@ -418,6 +418,11 @@ impl Pool {
                     self.free_frames.fetch_sub(1, Relaxed);
                     drop(frames);
                     self.evictor.poke(self);
+                    // Whatever this thread writes into the frame comes after the release of
+                    // the page that had it (evicted or freed, then put on the list under the
+                    // mutex); the fence makes a stale optimistic reader that sees those writes
+                    // also see that page's new version, and fail.
+                    fence(Release);
                     return Ok(self.frame_at(block));
                 }
                 let count = self.frame_count.load(Relaxed) as usize;

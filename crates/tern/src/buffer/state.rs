@@ -372,15 +372,24 @@ impl<A: Word> StateWord<'_, A> {
 
     /// MARKED, clean and not being written → LOCKED, for eviction.
     pub(crate) fn try_lock_for_eviction(&self, w: u64) -> bool {
-        state(w) == MARKED
+        let locked = state(w) == MARKED
             && w & (DIRTY | WRITING) == 0
-            && self.word.compare_exchange(w, with(w, LOCKED, w), Acquire, Relaxed).is_ok()
+            && self.word.compare_exchange(w, with(w, LOCKED, w), Acquire, Relaxed).is_ok();
+        if locked {
+            fence(Release);
+        }
+        locked
     }
 
     /// EVICTED → LOADING; false if another thread got there first (or the page changed).
     pub(crate) fn try_begin_load(&self) -> bool {
         let w = self.word.load(Acquire);
-        state(w) == EVICTED && self.word.compare_exchange(w, with(w, LOADING, w), Acquire, Relaxed).is_ok()
+        let loading =
+            state(w) == EVICTED && self.word.compare_exchange(w, with(w, LOADING, w), Acquire, Relaxed).is_ok();
+        if loading {
+            fence(Release);
+        }
+        loading
     }
 
     /// Waits until the page is no longer LOADING (another thread's fault-in).

@@ -22,6 +22,7 @@
 //! `5 | tables: u32 | entries: u64` ends the file.
 
 use crate::btree::{BTree, TreeConfig};
+use crate::buffer::Pool;
 use crate::fs::{write_all, Fs, FsFile};
 use crate::wal::record::{check_frame, file_header, frame, frame_len, parse_file_header, Bytes, FRAME};
 use crate::{Error, Result};
@@ -261,7 +262,7 @@ impl Blocks {
 }
 
 /// Loads checkpoint `seq` from `dir`, building each table's tree with `config`.
-pub(crate) fn load(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig) -> Result<Loaded> {
+pub(crate) fn load(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig, pool: &Arc<Pool>) -> Result<Loaded> {
     let name = file_name(seq);
     let mut input = fs.open_read(&dir.join(&name)).map_err(io(format!("opening checkpoint {name}")))?;
     let mut head = [0u8; HEADER];
@@ -286,7 +287,7 @@ pub(crate) fn load(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig) -> Res
                     return Err(corruption(&name, at, format!("table {id} out of order")));
                 }
                 let mut source = EntrySource { blocks: &mut blocks, pos: 0, count: 0, at, error: None, entries: 0 };
-                let tree = BTree::bulk_load(config, &mut source);
+                let tree = BTree::bulk_load_in(config, pool.clone(), &mut source);
                 let EntrySource { error, entries: n, at: next_at, .. } = source;
                 if let Some(e) = error {
                     return Err(e);

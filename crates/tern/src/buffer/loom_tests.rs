@@ -1,0 +1,88 @@
+//! Loom models of the state word (`state.rs`): a fault-in, an optimistic reader and the
+//! evictor racing on one page, and exclusive writers against readers. Run with
+//! `RUSTFLAGS="--cfg loom" cargo test -p tern --lib --release -- buffer::`.
+
+use super::state::{self, StateWord, EVICTED, UNLOCKED};
+use crate::sync::LatchClass;
+use loom::sync::atomic::AtomicU64;
+use loom::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The bytes of the page as the file holds them; 0 stands for a frame's other contents.
+const ON_DISK: u64 = 42;
+
+fn word(w: &AtomicU64) -> StateWord<'_, AtomicU64> {
+    StateWord { word: w, class: LatchClass::DEFAULT }
+}
+
+#[test]
+fn fault_in_reader_and_evictor_never_show_a_reader_the_wrong_bytes() {
+    loom::model(|| {
+        // The page starts on disk; its frame slot holds something else.
+        let page = Arc::new((AtomicU64::new((u64::from(EVICTED)) << 56), AtomicU64::new(0)));
+        let loader = {
+            let page = page.clone();
+            loom::thread::spawn(move || {
+                let w = word(&page.0);
+                if w.try_begin_load() {
+                    page.1.store(ON_DISK, Relaxed);
+                    w.release(UNLOCKED, false);
+                }
+            })
+        };
+        let evictor = {
+            let page = page.clone();
+            loom::thread::spawn(move || {
+                let w = word(&page.0);
+                let seen = w.load();
+                if w.try_mark(seen) && w.try_lock_for_eviction(w.load()) {
+                    // The frame goes to another page, which overwrites it.
+                    page.1.store(0, Relaxed);
+                    w.release(EVICTED, false);
+                }
+            })
+        };
+        let w = word(&page.0);
+        for _ in 0..2 {
+            if let Ok(seen) = w.optimistic() {
+                let bytes = page.1.load(Relaxed);
+                if w.validate(seen) {
+                    assert_eq!(bytes, ON_DISK, "a validated read saw another page's bytes");
+                    break;
+                }
+            }
+            loom::thread::yield_now();
+        }
+        loader.join().unwrap();
+        evictor.join().unwrap();
+        // However the race went, the page is resident with its bytes, or on disk.
+        let end = page.0.load(Relaxed);
+        assert!(state::state(end) == EVICTED || (state::readable(end) && page.1.load(Relaxed) == ON_DISK));
+    });
+}
+
+#[test]
+fn an_exclusive_writer_is_never_seen_half_done() {
+    loom::model(|| {
+        let page = Arc::new((AtomicU64::new(u64::from(UNLOCKED) << 56), AtomicU64::new(1), AtomicU64::new(1)));
+        let writer = {
+            let page = page.clone();
+            loom::thread::spawn(move || {
+                let w = word(&page.0);
+                w.lock_exclusive().unwrap();
+                page.1.store(2, Relaxed);
+                page.2.store(2, Relaxed);
+                w.release(UNLOCKED, true);
+            })
+        };
+        let w = word(&page.0);
+        if let Ok(seen) = w.optimistic() {
+            let (a, b) = (page.1.load(Relaxed), page.2.load(Relaxed));
+            if w.validate(seen) {
+                assert_eq!(a, b, "a validated read saw a half-done write");
+            }
+        }
+        writer.join().unwrap();
+        assert!(page.0.load(Relaxed) & state::DIRTY != 0);
+    });
+}
