@@ -154,3 +154,109 @@ fn compare_runs_every_engine_of_the_build_at_sync_durability() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "data directories are removed");
 }
+
+/// The fields every record of `compare` carries about memory and reads.
+const MEMORY_FIELDS: [&str; 3] = ["cache_bytes", "memory_limit_bytes", "disk_bytes"];
+const READ_FIELDS: [&str; 2] = ["read_bytes_per_op", "reads_per_op"];
+
+#[test]
+fn compare_gives_every_engine_the_cache_asked_for_and_reports_it() {
+    let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c", "--threads", "1", "--json"];
+    args.extend(["--cache", "24MiB"]);
+    args.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&args);
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 2, "load + run: {lines:#?}");
+    for l in &lines {
+        for key in
+            ["bench", "variant", "engine", "threads", "ops", "secs", "ops_per_sec"].into_iter().chain(MEMORY_FIELDS)
+        {
+            assert!(l.get(key).is_some(), "missing {key}: {l}");
+        }
+        assert_eq!(l["cache_bytes"].as_u64(), Some(24 << 20), "{l}");
+        assert!(l["memory_limit_bytes"].is_null(), "no limit asked for: {l}");
+        assert!(l["disk_bytes"].is_null(), "tern at --durability none keeps no directory: {l}");
+    }
+    let run = &lines[1];
+    for key in ["p50_ns", "p99_ns", "p999_ns"].into_iter().chain(READ_FIELDS) {
+        assert!(run.get(key).is_some(), "missing {key}: {run}");
+    }
+    assert!(run["reads_per_op"].as_f64().is_some_and(|x| x >= 0.0), "{run}");
+    assert!(stderr.contains("cache 24 MiB (Options::cache_bytes, --cache)"), "the configuration line: {stderr}");
+    assert!(stderr.contains("read B/op") && stderr.contains("reads/op"), "the table of reads: {stderr}");
+    let (ok, _, stderr) = tern(&["bench", "compare", "--cache", "lots"]);
+    assert!(!ok && stderr.contains("\"lots\" is not a size"), "{stderr}");
+    let (ok, _, stderr) = tern(&["bench", "compare", "--cache", "1KiB"]);
+    assert!(!ok && stderr.contains("--cache must be in 1MiB..=16TiB"), "{stderr}");
+    let (ok, _, stderr) = tern(&["bench", "compare", "--memory-limit", "1MiB"]);
+    assert!(!ok && stderr.contains("--memory-limit must be in 16MiB..=16TiB"), "{stderr}");
+}
+
+#[test]
+fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c,a", "--threads", "1", "--json"];
+    // On disk (a log), so that the engine has a data directory to measure.
+    args.extend(["--cache", "16MiB", "--memory-limit", "256MiB", "--durability", "nosync"]);
+    args.extend(["--dir", dir.path().to_str().unwrap()]);
+    args.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&args);
+    if !ok && stderr.contains("--memory-limit needs a memory cgroup") {
+        eprintln!("SKIPPED: no memory cgroup can be made here: {stderr}");
+        return;
+    }
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 3, "load + two runs: {lines:#?}");
+    for l in &lines {
+        assert_eq!(l["engine"], "tern", "{l}");
+        assert_eq!(l["cache_bytes"].as_u64(), Some(16 << 20), "{l}");
+        assert_eq!(l["memory_limit_bytes"].as_u64(), Some(256 << 20), "{l}");
+        assert!(l["disk_bytes"].as_u64().is_some_and(|b| b > 0), "the log takes room: {l}");
+    }
+    for run in lines.iter().filter(|l| l["phase"] == "run") {
+        assert!(run["ops"].as_u64().unwrap() > 0 && run["ops_per_sec"].as_f64().unwrap() > 0.0, "{run}");
+        for key in READ_FIELDS {
+            assert!(run[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {run}");
+        }
+        assert!(run.get("p99_ns").is_some() && run.get("read_p99_ns").is_some(), "latencies cross over: {run}");
+    }
+    assert!(stderr.contains("memory limit: each engine in a worker process of its own"), "{stderr}");
+    let group = stderr
+        .lines()
+        .find_map(|l| l.split("(cgroup v").nth(1))
+        .and_then(|rest| rest.split_once(' '))
+        .map(|(_, path)| path.trim_end_matches(')').to_string())
+        .unwrap_or_else(|| panic!("the report names the cgroup: {stderr}"));
+    assert!(!std::path::Path::new(&group).exists(), "the cgroup {group} is removed at the end");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "data directories are removed");
+    // tern in memory (--durability none) with more data than the limit: the kernel ends the
+    // worker, and the run says so instead of reporting a rate.
+    let (ok, _, stderr) = tern(&[
+        "bench",
+        "compare",
+        "--engine",
+        "tern",
+        "--workload",
+        "c",
+        "--records",
+        "150000",
+        "--memory-limit",
+        "16MiB",
+        "--threads",
+        "1",
+        "--duration",
+        "0.05",
+        "--rounds",
+        "1",
+    ]);
+    assert!(!ok && stderr.contains("OOM killer") && stderr.contains("--memory-limit 16 MiB"), "{stderr}");
+    let parent = std::path::Path::new(&group).parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(parent)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("tern-bench-"))
+        .collect();
+    assert!(left.is_empty(), "cgroups left behind after the failure: {left:?}");
+}

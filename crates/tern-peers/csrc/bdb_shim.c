@@ -23,11 +23,12 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, bdb_db **out, char *err,
-             size_t errlen) {
+int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, unsigned flags, bdb_db **out,
+             char *err, size_t errlen) {
   bdb_db *d = calloc(1, sizeof *d);
   int rc;
   const size_t gb = 1u << 30;
+  (void)flags; /* the memory pool holds every page Berkeley DB keeps in memory, either way */
   if (!d) { snprintf(err, errlen, "calloc failed"); return SHIM_ERROR; }
   if ((rc = db_env_create(&d->env, 0))) { free(d); return fail(err, errlen, "db_env_create", rc); }
   d->env->set_cachesize(d->env, (u_int32_t)(cache_bytes / gb), (u_int32_t)(cache_bytes % gb), 1);
@@ -50,6 +51,14 @@ int bdb_open(const char *path, size_t cache_bytes, unsigned sessions, int durabi
 }
 
 void bdb_close(bdb_db *d) { d->db->close(d->db, 0); d->env->close(d->env, 0); free(d); }
+
+/* The memory pool's size as Berkeley DB reports it (it enlarges small caches for overhead). */
+size_t bdb_cache_bytes(bdb_db *d) {
+  u_int32_t gbytes = 0, bytes = 0;
+  int ncache = 0;
+  if (d->env->get_cachesize(d->env, &gbytes, &bytes, &ncache)) return 0;
+  return ((size_t)gbytes << 30) + bytes;
+}
 
 bdb_session *bdb_session_open(bdb_db *d) {
   bdb_session *s = calloc(1, sizeof *s);

@@ -22,14 +22,15 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int lm_open(const char *path, size_t map_bytes, unsigned max_readers, int durability, lm_db **out, char *err,
-            size_t errlen) {
+int lm_open(const char *path, size_t map_bytes, unsigned max_readers, int durability, unsigned flags, lm_db **out,
+            char *err, size_t errlen) {
   lm_db *d = calloc(1, sizeof *d);
   MDB_txn *t;
   int rc;
   unsigned sync_flags = durability == SHIM_DURABILITY_SYNC     ? 0
                         : durability == SHIM_DURABILITY_NONE   ? MDB_NOSYNC | MDB_NOMETASYNC
                                                                : MDB_NOSYNC;
+  (void)flags; /* LMDB has no cache of its own: the map is read through the OS page cache */
   if (!d) return fail(err, errlen, "calloc", ENOMEM);
   if ((rc = mdb_env_create(&d->env))) { free(d); return fail(err, errlen, "mdb_env_create", rc); }
   if ((rc = mdb_env_set_mapsize(d->env, map_bytes)) || (rc = mdb_env_set_maxreaders(d->env, max_readers)) ||
@@ -44,6 +45,9 @@ int lm_open(const char *path, size_t map_bytes, unsigned max_readers, int durabi
 }
 
 void lm_close(lm_db *d) { mdb_env_close(d->env); free(d); }
+
+/* LMDB has no cache: pages are read through the OS page cache (the map). */
+size_t lm_cache_bytes(lm_db *d) { (void)d; return 0; }
 
 lm_session *lm_session_open(lm_db *d) { lm_session *s = calloc(1, sizeof *s); if (s) s->db = d; return s; }
 

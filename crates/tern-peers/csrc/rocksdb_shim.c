@@ -1,6 +1,8 @@
 /*
  * RocksDB shim: a TransactionDB (pessimistic transactions with deadlock detection and a 1 s
- * lock timeout). Block cache sized by the caller. Per durability level: none disables the
+ * lock timeout). Block cache sized by the caller; with SHIM_CACHE_GIVEN (the run's --cache) index
+ * and filter blocks are kept in it (L0's pinned) instead of on the heap; memtables (write
+ * buffers) keep RocksDB's defaults and live outside it (rx_write_buffers). Per durability level: none disables the
  * write-ahead log; sync WAL on, WriteOptions sync=1 (fdatasync at commit); nosync WAL on, sync=0
  * (written to the OS at commit); periodic WAL on, sync=0, manual_wal_flush=1 (commit leaves its
  * record in RocksDB's buffer), with rx_sync (FlushWAL(sync=true)) every interval from the Rust
@@ -26,8 +28,8 @@ typedef struct rx_db {
 } rx_db;
 typedef struct rx_session { rx_db *d; rocksdb_transaction_t *txn; int in_txn; char err[SHIM_ERRLEN]; } rx_session;
 
-int rx_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, rx_db **out, char *err,
-            size_t errlen) {
+int rx_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, unsigned flags, rx_db **out,
+            char *err, size_t errlen) {
   char *e = NULL;
   rx_db *d = calloc(1, sizeof *d);
   if (!d) { snprintf(err, errlen, "calloc failed"); return SHIM_ERROR; }
@@ -38,6 +40,12 @@ int rx_open(const char *path, size_t cache_bytes, unsigned sessions, int durabil
   d->cache = rocksdb_cache_create_lru(cache_bytes);
   d->bbto = rocksdb_block_based_options_create();
   rocksdb_block_based_options_set_block_cache(d->bbto, d->cache);
+  if (flags & SHIM_CACHE_GIVEN) {
+    /* The run's cache: index and filter blocks count in it too (L0's pinned there), instead of
+     * living on the heap beside it. */
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(d->bbto, 1);
+    rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(d->bbto, 1);
+  }
   rocksdb_options_set_block_based_table_factory(d->opts, d->bbto);
   d->topts = rocksdb_transactiondb_options_create();
   rocksdb_transactiondb_options_set_transaction_lock_timeout(d->topts, 1000);
@@ -63,6 +71,15 @@ void rx_close(rx_db *d) {
   rocksdb_block_based_options_destroy(d->bbto);
   rocksdb_cache_destroy(d->cache);
   free(d);
+}
+
+/* The block cache's capacity. */
+size_t rx_cache_bytes(rx_db *d) { return rocksdb_cache_get_capacity(d->cache); }
+
+/* The memtables, which live outside the block cache: bytes each, and how many at most. */
+void rx_write_buffers(rx_db *d, size_t *bytes, int *number) {
+  *bytes = rocksdb_options_get_write_buffer_size(d->opts);
+  *number = rocksdb_options_get_max_write_buffer_number(d->opts);
 }
 
 rx_session *rx_session_open(rx_db *d) { rx_session *s = calloc(1, sizeof *s); if (s) s->d = d; return s; }

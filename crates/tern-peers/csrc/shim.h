@@ -34,4 +34,16 @@ typedef int (*shim_visit)(void *ctx, const void *key, size_t klen, const void *v
 #define SHIM_DURABILITY_SYNC 1
 #define SHIM_DURABILITY_NOSYNC 2
 #define SHIM_DURABILITY_PERIODIC 3
+
+/*
+ * Flags of <engine>_open. SHIM_CACHE_GIVEN: the size argument is a cache size the run asked for
+ * (`--cache`), the same for every engine: count in it whatever the engine can count there
+ * (RocksDB: index and filter blocks go into the block cache). Without it the size is the
+ * driver's default for the data set and each engine keeps its usual settings.
+ *
+ * <engine>_cache_bytes(db) returns the cache the engine has, as the library reports it where it
+ * can (Berkeley DB: DB_ENV->get_cachesize; RocksDB: the block cache's capacity), what was
+ * configured otherwise (WiredTiger), and 0 for an engine without a cache of its own (LMDB).
+ */
+#define SHIM_CACHE_GIVEN 1u
 #endif

@@ -2,8 +2,8 @@
  * WiredTiger shim. One table "table:kv" (key_format=u, value_format=u: raw byte strings). Each
  * session owns a WT_SESSION (isolation=snapshot) and a cursor on the table, reused across
  * operations. Every operation runs in an explicit transaction (begin/commit), reads included,
- * as tern's do. Connection: cache sized by the caller, one eviction thread, and per durability
- * level: none log=(enabled=false) (no durability); sync log on,
+ * as tern's do. Connection: cache sized by the caller (cache_size, in bytes), one eviction
+ * thread, and per durability level: none log=(enabled=false) (no durability); sync log on,
  * transaction_sync=(enabled=true,method=fsync); nosync log on,
  * transaction_sync=(enabled=true,method=none) (written to the OS at commit, not flushed);
  * periodic log on, transaction_sync=(enabled=false) (commit leaves its record in the log
@@ -15,7 +15,7 @@
 #include <wiredtiger.h>
 #include "shim.h"
 
-typedef struct wt_db { WT_CONNECTION *conn; } wt_db;
+typedef struct wt_db { WT_CONNECTION *conn; size_t cache_bytes; } wt_db;
 typedef struct wt_session { WT_SESSION *s; WT_CURSOR *c; int in_txn; char err[SHIM_ERRLEN]; } wt_session;
 
 static int fail(char *err, size_t len, const char *what, int rc) {
@@ -23,8 +23,8 @@ static int fail(char *err, size_t len, const char *what, int rc) {
   return SHIM_ERROR;
 }
 
-int wt_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, wt_db **out, char *err,
-            size_t errlen) {
+int wt_open(const char *path, size_t cache_bytes, unsigned sessions, int durability, unsigned flags, wt_db **out,
+            char *err, size_t errlen) {
   char config[512];
   const char *log = durability == SHIM_DURABILITY_SYNC
                         ? "log=(enabled=true),transaction_sync=(enabled=true,method=fsync)"
@@ -35,10 +35,13 @@ int wt_open(const char *path, size_t cache_bytes, unsigned sessions, int durabil
   WT_SESSION *s;
   wt_db *d = calloc(1, sizeof *d);
   int rc;
+  (void)flags; /* the cache holds everything WiredTiger keeps in memory, either way */
   if (!d) { snprintf(err, errlen, "calloc failed"); return SHIM_ERROR; }
+  /* In bytes (a plain integer is bytes), at least WiredTiger's minimum of 1 MB. */
+  d->cache_bytes = cache_bytes < (1u << 20) ? (1u << 20) : cache_bytes;
   snprintf(config, sizeof config,
-           "create,cache_size=%zuMB,session_max=%u,%s,eviction=(threads_min=1,threads_max=1)",
-           cache_bytes >> 20 ? cache_bytes >> 20 : 1, sessions, log);
+           "create,cache_size=%zu,session_max=%u,%s,eviction=(threads_min=1,threads_max=1)",
+           d->cache_bytes, sessions, log);
   if ((rc = wiredtiger_open(path, NULL, config, &d->conn))) { free(d); return fail(err, errlen, "wiredtiger_open", rc); }
   if ((rc = d->conn->open_session(d->conn, NULL, NULL, &s)) ||
       (rc = s->create(s, "table:kv", "key_format=u,value_format=u")) || (rc = s->close(s, NULL))) {
@@ -49,6 +52,9 @@ int wt_open(const char *path, size_t cache_bytes, unsigned sessions, int durabil
 }
 
 void wt_close(wt_db *d) { d->conn->close(d->conn, NULL); free(d); }
+
+/* The cache_size given to wiredtiger_open (WiredTiger has no getter without statistics). */
+size_t wt_cache_bytes(wt_db *d) { return d->cache_bytes; }
 
 wt_session *wt_session_open(wt_db *d) {
   wt_session *w = calloc(1, sizeof *w);

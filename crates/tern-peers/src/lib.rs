@@ -7,9 +7,9 @@
 //!
 //! Engines: `tern` always; with the `peers` feature, LMDB, WiredTiger, Berkeley DB and RocksDB,
 //! linked from their C libraries through small C shims (`csrc/`). Each engine states its
-//! configuration ([`Engine::config`]): cache sized to hold the data, one transaction per
-//! operation, and the [`Durability`] every engine of a run shares (the config line says how each
-//! engine gets it).
+//! configuration ([`Engine::config`]): its cache (the size the run asked for, or by default one
+//! sized to hold the data), one transaction per operation, and the [`Durability`] every engine
+//! of a run shares (the config line says how each engine gets it).
 
 #[cfg(feature = "peers")]
 mod shim;
@@ -17,7 +17,7 @@ mod tern_engine;
 
 pub use tern_engine::TernEngine;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// What went wrong in an engine call.
@@ -52,6 +52,15 @@ pub trait Engine: Send + Sync {
     fn session(&self) -> Result<Box<dyn Session + '_>>;
     /// The write-ahead log's counters, for an engine that reports them (tern with a log).
     fn wal_stats(&self) -> Option<tern::wal::WalStats> {
+        None
+    }
+    /// The bytes of cache the engine has, as it reports them where it can; `None` for an
+    /// engine without a cache of its own (LMDB reads through the OS page cache).
+    fn cache_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// The directory holding the engine's files (`None`: it keeps its data in memory only).
+    fn data_dir(&self) -> Option<&Path> {
         None
     }
 }
@@ -174,8 +183,14 @@ impl Durability {
 /// What an engine is opened for.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
-    /// Bytes of cache to give the engine (enough to hold the data set).
-    pub cache_bytes: usize,
+    /// Bytes of cache for every engine that has one (`--cache`: tern's `Options::cache_bytes`,
+    /// WiredTiger's `cache_size`, Berkeley DB's `set_cachesize`, RocksDB's block cache; LMDB has
+    /// none). `None`: each engine's default for the run: [`OpenOptions::default_cache_bytes`]
+    /// for the peers, `Options::default_cache_bytes` for tern.
+    pub cache_bytes: Option<u64>,
+    /// Bytes of data the run loads (keys and values): sizes the peers' default cache and LMDB's
+    /// map.
+    pub data_bytes: u64,
     /// Sessions (threads) that will be open at once.
     pub sessions: usize,
     /// How durable a commit is when it returns.
@@ -186,11 +201,31 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { cache_bytes: 64 << 20, sessions: 4, durability: Durability::None, dir: None }
+        OpenOptions { cache_bytes: None, data_bytes: 0, sessions: 4, durability: Durability::None, dir: None }
     }
 }
 
+/// The smallest default cache of a peer engine.
+const MIN_DEFAULT_CACHE: u64 = 64 << 20;
+
 impl OpenOptions {
+    /// A peer's cache when the run names none: sized to hold the data (twice the raw bytes,
+    /// for page slack and indexes), at least 64 MiB.
+    pub fn default_cache_bytes(&self) -> u64 {
+        self.data_bytes.saturating_mul(2).max(MIN_DEFAULT_CACHE)
+    }
+
+    /// The cache a peer engine is opened with: `cache_bytes`, or the default.
+    pub fn peer_cache_bytes(&self) -> u64 {
+        self.cache_bytes.unwrap_or_else(|| self.default_cache_bytes())
+    }
+
+    /// LMDB's map (the most its file can grow to): four times the default cache, whatever
+    /// `cache_bytes` says (the data must fit in it; LMDB has no cache to size).
+    pub fn lmdb_map_bytes(&self) -> u64 {
+        self.default_cache_bytes().saturating_mul(4)
+    }
+
     /// The directory the engine's own data directory is created in: `dir` if given; else
     /// [`data_root`] (tmpfs) at [`Durability::None`], and the system's temporary directory
     /// otherwise (a flush to tmpfs costs nothing, so a durable level must run on a disk).
@@ -208,6 +243,15 @@ impl OpenOptions {
         let parent = self.parent_dir();
         scratch_dir(&parent, &format!("tern-peer-{name}-"))
             .map_err(|e| PeerError::Failed(format!("{name}: creating a data directory in {}: {e}", parent.display())))
+    }
+}
+
+/// Bytes as MiB for a report: whole MiB as `192 MiB`, others with one decimal (`488.3 MiB`).
+pub fn format_mib(bytes: u64) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
     }
 }
 

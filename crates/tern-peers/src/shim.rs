@@ -13,7 +13,7 @@
 //!   alone; the engine stops and joins the thread, then closes that session, before it closes
 //!   the database.
 
-use crate::{Durability, Engine, OpenOptions, PeerError, Result, Session};
+use crate::{format_mib as mib, Durability, Engine, OpenOptions, PeerError, Result, Session};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
@@ -28,6 +28,8 @@ const SHIM_DURABILITY_NONE: c_int = 0;
 const SHIM_DURABILITY_SYNC: c_int = 1;
 const SHIM_DURABILITY_NOSYNC: c_int = 2;
 const SHIM_DURABILITY_PERIODIC: c_int = 3;
+// Flags of the shims' open (`csrc/shim.h`): the size is the run's `--cache`.
+const SHIM_CACHE_GIVEN: c_uint = 1;
 
 type Sink = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
 type Visit = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *const c_void, usize) -> c_int;
@@ -35,8 +37,18 @@ type Visit = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *const c_vo
 /// One engine's shim entry points (see `csrc/shim.h`).
 struct Api {
     name: &'static str,
-    open: unsafe extern "C" fn(*const c_char, usize, c_uint, c_int, *mut *mut c_void, *mut c_char, usize) -> c_int,
+    open: unsafe extern "C" fn(
+        *const c_char,
+        usize,
+        c_uint,
+        c_int,
+        c_uint,
+        *mut *mut c_void,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     close: unsafe extern "C" fn(*mut c_void),
+    cache_bytes: unsafe extern "C" fn(*mut c_void) -> usize,
     session_open: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
     session_close: unsafe extern "C" fn(*mut c_void),
     error: unsafe extern "C" fn(*mut c_void) -> *const c_char,
@@ -53,7 +65,7 @@ struct Api {
 
 /// Declares one shim's C functions and the [`Api`] table that names them.
 macro_rules! api {
-    ($table:ident, $name:literal: $open:ident, $close:ident, $session_open:ident, $session_close:ident,
+    ($table:ident, $name:literal: $open:ident, $close:ident, $cache_bytes:ident, $session_open:ident, $session_close:ident,
      $error:ident, $get:ident, $scan:ident, $begin:ident, $txn_get:ident, $txn_put:ident, $commit:ident,
      $abort:ident, $sync:ident, $version:ident) => {
         extern "C" {
@@ -62,11 +74,13 @@ macro_rules! api {
                 size: usize,
                 sessions: c_uint,
                 durability: c_int,
+                flags: c_uint,
                 db: *mut *mut c_void,
                 err: *mut c_char,
                 errlen: usize,
             ) -> c_int;
             fn $close(db: *mut c_void);
+            fn $cache_bytes(db: *mut c_void) -> usize;
             fn $session_open(db: *mut c_void) -> *mut c_void;
             fn $session_close(s: *mut c_void);
             fn $error(s: *mut c_void) -> *const c_char;
@@ -92,6 +106,7 @@ macro_rules! api {
             name: $name,
             open: $open,
             close: $close,
+            cache_bytes: $cache_bytes,
             session_open: $session_open,
             session_close: $session_close,
             error: $error,
@@ -108,13 +123,13 @@ macro_rules! api {
     };
 }
 
-api!(LMDB, "lmdb": lm_open, lm_close, lm_session_open, lm_session_close, lm_error, lm_get, lm_scan, lm_begin,
+api!(LMDB, "lmdb": lm_open, lm_close, lm_cache_bytes, lm_session_open, lm_session_close, lm_error, lm_get, lm_scan, lm_begin,
      lm_txn_get, lm_txn_put, lm_commit, lm_abort, lm_sync, lm_version);
-api!(WIREDTIGER, "wiredtiger": wt_open, wt_close, wt_session_open, wt_session_close, wt_error, wt_get, wt_scan,
+api!(WIREDTIGER, "wiredtiger": wt_open, wt_close, wt_cache_bytes, wt_session_open, wt_session_close, wt_error, wt_get, wt_scan,
      wt_begin, wt_txn_get, wt_txn_put, wt_commit, wt_abort, wt_sync, wt_version);
-api!(BDB, "bdb": bdb_open, bdb_close, bdb_session_open, bdb_session_close, bdb_error, bdb_get, bdb_scan, bdb_begin,
+api!(BDB, "bdb": bdb_open, bdb_close, bdb_cache_bytes, bdb_session_open, bdb_session_close, bdb_error, bdb_get, bdb_scan, bdb_begin,
      bdb_txn_get, bdb_txn_put, bdb_commit, bdb_abort, bdb_sync, bdb_version);
-api!(ROCKSDB, "rocksdb": rx_open, rx_close, rx_session_open, rx_session_close, rx_error, rx_get, rx_scan, rx_begin,
+api!(ROCKSDB, "rocksdb": rx_open, rx_close, rx_cache_bytes, rx_session_open, rx_session_close, rx_error, rx_get, rx_scan, rx_begin,
      rx_txn_get, rx_txn_put, rx_commit, rx_abort, rx_sync, rx_version);
 
 /// A C engine, open on a directory of its own.
@@ -122,10 +137,12 @@ pub struct ShimEngine {
     api: &'static Api,
     db: *mut c_void,
     config: String,
+    /// The cache the engine reports (`None`: it has none).
+    cache: Option<u64>,
     /// The periodic flusher ([`Durability::Periodic`]), stopped before `db` is closed.
     flusher: Option<Flusher>,
     // Dropped after `db` is closed (field order does not matter: Drop closes `db` first).
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// A raw session handle moved to the flusher thread.
@@ -210,50 +227,84 @@ unsafe impl Send for ShimEngine {}
 // SAFETY: as above: `&ShimEngine` only opens sessions, which the engines allow concurrently.
 unsafe impl Sync for ShimEngine {}
 
-/// How each engine is configured for a run with `options`: the size argument its shim's open
-/// takes, and the description for the report.
-fn configure(api: &Api, o: &OpenOptions) -> (usize, String) {
-    let mib = |b: usize| b >> 20;
+/// The size argument engine `api`'s shim open takes for a run with `o`: LMDB's map, the
+/// others' cache.
+fn open_size(api: &Api, o: &OpenOptions) -> usize {
+    let bytes = if api.name == "lmdb" { o.lmdb_map_bytes() } else { o.peer_cache_bytes() };
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
+
+/// Where a cache size came from, for a configuration line: `--cache`, or sized to hold the data.
+fn cache_origin(o: &OpenOptions) -> &'static str {
+    if o.cache_bytes.is_some() {
+        "--cache"
+    } else {
+        "sized to hold the data"
+    }
+}
+
+/// How engine `api`, open as `db` for a run with `o`, is configured: the report's line, with the
+/// cache it got (`cache`, as the library reports it; `None` for LMDB).
+fn describe(api: &Api, db: *mut c_void, o: &OpenOptions, cache: Option<u64>) -> String {
     let v = version(api);
     let d = durability_settings(api.name, o.durability);
+    let asked = o.peer_cache_bytes();
+    let got = cache.unwrap_or(0);
     match api.name {
         "lmdb" => {
             // The map is the cache: the data lives in it. Sized with room for half-full pages
             // and copy-on-write; pages untouched cost nothing on tmpfs.
-            let map = o.cache_bytes.saturating_mul(4).max(64 << 20);
-            (
-                map,
-                format!(
-                    "{v}: map {} MiB, {d}, MDB_NOTLS, one read txn per operation (reset/renew), writers \
-                     serialized by LMDB",
-                    mib(map)
-                ),
+            let given = if o.cache_bytes.is_some() { " (--cache does not apply)" } else { "" };
+            format!(
+                "{v}: no cache of its own{given}: reads go through the OS page cache (mmap), map {}, {d}, \
+                 MDB_NOTLS, MDB_NORDAHEAD, one read txn per operation (reset/renew), writers serialized by LMDB",
+                mib(o.lmdb_map_bytes())
             )
         }
-        "wiredtiger" => (
-            o.cache_bytes,
-            format!(
-                "{v}: cache {} MiB, {d}, snapshot isolation, one transaction per operation, reads included",
-                mib(o.cache_bytes)
-            ),
+        "wiredtiger" => format!(
+            "{v}: cache {} (wiredtiger_open cache_size, {}), {d}, snapshot isolation, one transaction per \
+             operation, reads included",
+            mib(got),
+            cache_origin(o)
         ),
-        "bdb" => (
-            o.cache_bytes,
+        "bdb" => {
+            let adjusted = if got != asked && got != 0 {
+                format!("; DB_ENV->set_cachesize {}, enlarged by Berkeley DB for its overhead", mib(asked))
+            } else {
+                String::new()
+            };
             format!(
-                "{v}: btree, transactional (DB_INIT_TXN|DB_INIT_LOCK|DB_INIT_LOG), cache {} MiB, {d}, deadlock \
-                 detection on conflict, one transaction per operation, reads included",
-                mib(o.cache_bytes)
-            ),
-        ),
-        _ => (
-            o.cache_bytes,
+                "{v}: btree, transactional (DB_INIT_TXN|DB_INIT_LOCK|DB_INIT_LOG), cache {} ({}{adjusted}; \
+                 regions in __db.* files), {d}, deadlock detection on conflict, one transaction per operation, \
+                 reads included",
+                mib(got),
+                cache_origin(o)
+            )
+        }
+        _ => {
+            let (mut bytes, mut number) = (0usize, 0 as c_int);
+            // SAFETY: `db` is the RocksDB shim's open handle; the two outputs are valid for writes.
+            unsafe { rx_write_buffers(db, &mut bytes, &mut number) };
+            let index = if o.cache_bytes.is_some() {
+                "index and filter blocks in the block cache (L0's pinned)"
+            } else {
+                "index and filter blocks on the heap (RocksDB's default)"
+            };
             format!(
-                "{v}: TransactionDB (pessimistic, deadlock detection), block cache {} MiB, {d}, point reads and \
-                 scans outside transactions (implicit snapshot), writes in one transaction per operation",
-                mib(o.cache_bytes)
-            ),
-        ),
+                "{v}: TransactionDB (pessimistic, deadlock detection), block cache {} (LRU, {}), {index}, \
+                 memtables outside it ({} write buffer, at most {number}), {d}, point reads and scans outside \
+                 transactions (implicit snapshot), writes in one transaction per operation",
+                mib(got),
+                cache_origin(o),
+                mib(bytes as u64)
+            )
+        }
     }
+}
+
+extern "C" {
+    /// RocksDB's memtables: bytes each, and how many at most (`csrc/rocksdb_shim.c`).
+    fn rx_write_buffers(db: *mut c_void, bytes: *mut usize, number: *mut c_int);
 }
 
 /// The settings that give engine `name` durability level `d`, as the report states them.
@@ -307,9 +358,12 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         _ => return Err(PeerError::Failed(format!("unknown peer engine {name:?}"))),
     };
     let dir = options.data_dir(name)?;
-    let (size, config) = configure(api, &options);
-    let db = open_in(api, dir.path(), size, options.sessions, options.durability)?;
-    let mut engine = ShimEngine { api, db, config, flusher: None, _dir: dir };
+    let flags = if options.cache_bytes.is_some() { SHIM_CACHE_GIVEN } else { 0 };
+    let db = open_in(api, dir.path(), open_size(api, &options), options.sessions, options.durability, flags)?;
+    // SAFETY: `db` was just opened by this shim and is not closed yet.
+    let cache = u64::try_from(unsafe { (api.cache_bytes)(db) }).ok().filter(|&b| b > 0);
+    let config = describe(api, db, &options, cache);
+    let mut engine = ShimEngine { api, db, config, cache, flusher: None, dir };
     if let Durability::Periodic(every) = options.durability {
         // On failure `engine` is dropped, which closes `db`.
         engine.flusher = Some(Flusher::start(api, engine.db, every)?);
@@ -317,7 +371,14 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
     Ok(Box::new(engine))
 }
 
-fn open_in(api: &Api, dir: &Path, size: usize, sessions: usize, durability: Durability) -> Result<*mut c_void> {
+fn open_in(
+    api: &Api,
+    dir: &Path,
+    size: usize,
+    sessions: usize,
+    durability: Durability,
+    flags: c_uint,
+) -> Result<*mut c_void> {
     let path = CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| PeerError::Failed(format!("{}: the data directory's path contains a NUL byte", api.name)))?;
     let mut err = [0 as c_char; SHIM_ERRLEN];
@@ -332,7 +393,7 @@ fn open_in(api: &Api, dir: &Path, size: usize, sessions: usize, durability: Dura
     };
     // SAFETY: `path` is a NUL-terminated string; `db` and `err` are valid for writes, and the
     // shim writes at most `err.len()` bytes (NUL included) into `err`.
-    let rc = unsafe { (api.open)(path.as_ptr(), size, sessions, level, &mut db, err.as_mut_ptr(), err.len()) };
+    let rc = unsafe { (api.open)(path.as_ptr(), size, sessions, level, flags, &mut db, err.as_mut_ptr(), err.len()) };
     if rc != SHIM_OK || db.is_null() {
         // SAFETY: the shim NUL-terminates what it writes (snprintf), and `err` started zeroed.
         let message = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
@@ -359,6 +420,14 @@ impl Engine for ShimEngine {
 
     fn config(&self) -> String {
         self.config.clone()
+    }
+
+    fn cache_bytes(&self) -> Option<u64> {
+        self.cache
+    }
+
+    fn data_dir(&self) -> Option<&Path> {
+        Some(self.dir.path())
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {

@@ -2,9 +2,12 @@
 //! transaction is `begin` + puts + `commit`.
 //!
 //! At [`Durability::None`] the database lives in memory only (`Db::open_temporary`); at every
-//! other level it is opened with `Db::open` in a fresh directory, its log at that level.
+//! other level it is opened with `Db::open` in a fresh directory, its log at that level. The
+//! cache is [`OpenOptions::cache_bytes`] when the run names one (`Options::cache_bytes`), tern's
+//! default otherwise.
 
-use crate::{Durability, Engine, OpenOptions, PeerError, Result, Session};
+use crate::{format_mib, Durability, Engine, OpenOptions, PeerError, Result, Session};
+use std::path::Path;
 use tern::{Db, Error, Options, Txn, WalConfig};
 
 /// tern: in memory, or on disk with a write-ahead log.
@@ -12,6 +15,8 @@ pub struct TernEngine {
     // Dropped first: the database closes (syncing its log) before its directory goes.
     db: Db,
     durability: Durability,
+    /// Whether the run named the cache (`--cache`) rather than taking tern's default.
+    cache_given: bool,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -26,10 +31,15 @@ impl TernEngine {
     /// the log's default file and checkpoint sizes and no checkpoint on close (the directory
     /// is thrown away).
     pub fn open_with(options: &OpenOptions) -> Result<TernEngine> {
+        let base = Options {
+            cache_bytes: options.cache_bytes.unwrap_or_else(Options::default_cache_bytes),
+            ..Options::default()
+        };
+        let cache_given = options.cache_bytes.is_some();
         let durability = match options.durability {
             Durability::None => {
-                let db = Db::open_temporary(Options::default()).map_err(failed)?;
-                return Ok(TernEngine { db, durability: Durability::None, dir: None });
+                let db = Db::open_temporary(base).map_err(failed)?;
+                return Ok(TernEngine { db, durability: Durability::None, cache_given, dir: None });
             }
             Durability::Sync => tern::Durability::Sync,
             Durability::NoSync => tern::Durability::NoSync,
@@ -37,8 +47,8 @@ impl TernEngine {
         };
         let dir = options.data_dir("tern")?;
         let wal = WalConfig { durability, checkpoint_on_close: false, ..WalConfig::default() };
-        let db = Db::open(dir.path(), Options { wal, ..Options::default() }).map_err(failed)?;
-        Ok(TernEngine { db, durability: options.durability, dir: Some(dir) })
+        let db = Db::open(dir.path(), Options { wal, ..base }).map_err(failed)?;
+        Ok(TernEngine { db, durability: options.durability, cache_given, dir: Some(dir) })
     }
 
     /// The database, for checks.
@@ -81,12 +91,23 @@ impl Engine for TernEngine {
                 )
             }
         };
+        let origin = if self.cache_given { "--cache" } else { "default: the smaller of 1 GiB and a quarter of RAM" };
         format!(
-            "tern {}: {} KiB pages, durability {}: {storage}, snapshot isolation, one transaction per operation",
+            "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}), durability {}: {storage}, snapshot \
+             isolation, one transaction per operation",
             env!("CARGO_PKG_VERSION"),
             o.tree.page_size / 1024,
+            format_mib(o.cache_bytes),
             self.durability.name()
         )
+    }
+
+    fn cache_bytes(&self) -> Option<u64> {
+        Some(self.db.options().cache_bytes)
+    }
+
+    fn data_dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(|d| d.path())
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {

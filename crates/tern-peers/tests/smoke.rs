@@ -12,7 +12,7 @@ fn value(i: u32) -> Vec<u8> {
 }
 
 fn engine(name: &str) -> Box<dyn Engine> {
-    open(name, OpenOptions { cache_bytes: 64 << 20, sessions: 4, ..OpenOptions::default() })
+    open(name, OpenOptions { cache_bytes: Some(64 << 20), sessions: 4, ..OpenOptions::default() })
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -105,12 +105,14 @@ fn concurrent_increments_are_not_lost_on_any_engine() {
 
 #[test]
 fn unknown_engines_are_named_in_the_error() {
-    let err =
-        open("leveldb", OpenOptions { cache_bytes: 1 << 20, sessions: 1, ..OpenOptions::default() }).err().unwrap();
+    let err = open("leveldb", OpenOptions { cache_bytes: Some(1 << 20), sessions: 1, ..OpenOptions::default() })
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("unknown engine"), "{err}");
     if !cfg!(feature = "peers") {
-        let err =
-            open("lmdb", OpenOptions { cache_bytes: 1 << 20, sessions: 1, ..OpenOptions::default() }).err().unwrap();
+        let err = open("lmdb", OpenOptions { cache_bytes: Some(1 << 20), sessions: 1, ..OpenOptions::default() })
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("--features peers"), "{err}");
     }
 }
@@ -123,7 +125,8 @@ fn every_engine_opens_at_every_durability_level_on_disk() {
     for name in available() {
         for level in [Durability::Sync, Durability::NoSync, Durability::Periodic(Duration::from_millis(5))] {
             let options = OpenOptions {
-                cache_bytes: 64 << 20,
+                cache_bytes: Some(64 << 20),
+                data_bytes: 0,
                 sessions: 2,
                 durability: level,
                 dir: Some(parent.path().to_path_buf()),
@@ -167,4 +170,36 @@ fn durability_none_keeps_tern_in_memory() {
     let e = engine("tern");
     assert!(e.wal_stats().is_none());
     assert!(e.config().contains("durability none: in memory"), "{}", e.config());
+}
+
+#[test]
+fn every_engine_reports_the_cache_it_was_given() {
+    const ASKED: u64 = 24 << 20;
+    for name in available() {
+        let e = open(name, OpenOptions { cache_bytes: Some(ASKED), sessions: 2, ..OpenOptions::default() })
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        let config = e.config();
+        match (name, e.cache_bytes()) {
+            // LMDB has no cache of its own: the OS page cache holds its pages.
+            ("lmdb", got) => {
+                assert_eq!(got, None, "{config}");
+                assert!(config.contains("no cache of its own (--cache does not apply)"), "{config}");
+            }
+            // Berkeley DB enlarges small caches for its own overhead.
+            ("bdb", Some(got)) => assert!((ASKED..=ASKED * 2).contains(&got), "{name}: {got}: {config}"),
+            (_, Some(got)) => assert_eq!(got, ASKED, "{name}: {config}"),
+            (_, None) => panic!("{name} reports no cache: {config}"),
+        }
+        if name != "lmdb" {
+            assert!(config.contains("--cache"), "{name} names where its cache size came from: {config}");
+        }
+        // Without --cache, each engine keeps its default (tern's own; a peer's sized to the data).
+        let d = open(name, OpenOptions { cache_bytes: None, data_bytes: 100 << 20, ..OpenOptions::default() })
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        match (name, d.cache_bytes()) {
+            ("lmdb", got) => assert_eq!(got, None),
+            ("tern", got) => assert_eq!(got, Some(tern::Options::default_cache_bytes())),
+            (_, got) => assert!(got.is_some_and(|b| b >= 200 << 20), "{name}: {got:?}: {}", d.config()),
+        }
+    }
 }

@@ -83,7 +83,7 @@ impl ThreadCounters {
 
 /// Counts of one thread, or totals over threads; `None` where the event could not be opened or
 /// measured (on one of the threads, for totals).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CounterValues {
     /// CPU cycles in user space (`PERF_COUNT_HW_CPU_CYCLES`).
     pub cycles: Option<u64>,

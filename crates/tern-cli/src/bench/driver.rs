@@ -17,12 +17,14 @@
 use super::counters;
 use super::harness::{self, run_threads, run_threads_to_completion, Control, Sample, ThreadResult};
 use super::plot::{self, Series};
+use super::recovery::parse_bytes;
 use super::report::{emit, ns, si, Record};
 use super::runner::{self, Case, RunFn};
 use clap::Args;
 use crossbeam_utils::CachePadded;
 use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -31,7 +33,7 @@ use tern::wal::{WalStats, GROUP_BUCKETS};
 use tern_peers::{Durability, Engine, OpenOptions, Session};
 
 /// `--durability`: when a commit returns, the same level on every engine.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DurabilityArg {
     /// As before tern had a log: tern in memory, no peer flushes (data on tmpfs).
     None,
@@ -46,8 +48,9 @@ pub enum DurabilityArg {
 /// `--periodic-ms` when not given.
 const DEFAULT_PERIODIC_MS: u64 = 10;
 
-/// Options shared by `tern bench ycsb`, `tpcb` and `compare`.
-#[derive(Args, Clone, Debug)]
+/// Options shared by `tern bench ycsb`, `tpcb` and `compare` (serialized whole to the worker
+/// processes of `--memory-limit`).
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
 pub struct DriverArgs {
     /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
     /// `--features peers`) [default: tern; compare: every engine in this build].
@@ -117,10 +120,29 @@ pub struct DriverArgs {
     /// directory, which must be on the disk to be measured].
     #[arg(long, value_name = "PATH")]
     pub dir: Option<PathBuf>,
+    /// Cache of every engine that has one: bytes, or with a unit (192MiB, 1GiB): tern's
+    /// Options::cache_bytes, WiredTiger's cache_size, RocksDB's block cache, Berkeley DB's
+    /// set_cachesize; LMDB has none (it reads through the OS page cache) [default: each engine's
+    /// own: tern the smaller of 1 GiB and a quarter of RAM; the peers twice the data, at least
+    /// 64 MiB].
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache: Option<u64>,
+    /// Run each engine (its load and run phases) in a worker process of its own, placed in a
+    /// memory cgroup with this limit (bytes, or 512MiB, 2GiB): the engine's heap and the OS page
+    /// cache of its files both count. cgroup v2 if its memory controller is usable, else v1; the
+    /// engines stay interleaved round by round. The data directories then default to the
+    /// system's temporary directory (a disk: data on tmpfs cannot be evicted).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub memory_limit: Option<u64>,
     /// Print one JSON object per result on stdout (JSON Lines); the tables go to stderr.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The smallest `--cache` and `--memory-limit` accepted, and the largest.
+const MIN_CACHE: u64 = 1 << 20;
+const MIN_MEMORY_LIMIT: u64 = 16 << 20;
+const MAX_BYTES: u64 = 1 << 44;
 
 impl DriverArgs {
     /// Rejects values that would make a run meaningless.
@@ -160,10 +182,36 @@ impl DriverArgs {
                 return Err(format!("--periodic-ms must be in 1..=60000, got {ms}"));
             }
         }
+        if let Some(c) = self.cache.filter(|c| !(MIN_CACHE..=MAX_BYTES).contains(c)) {
+            return Err(format!("--cache must be in 1MiB..=16TiB, got {c} bytes"));
+        }
+        if let Some(m) = self.memory_limit.filter(|m| !(MIN_MEMORY_LIMIT..=MAX_BYTES).contains(m)) {
+            return Err(format!("--memory-limit must be in 16MiB..=16TiB, got {m} bytes"));
+        }
         if let Some(dir) = &self.dir {
             check_dir(dir)?;
         }
         Ok(())
+    }
+
+    /// Where the engines' data directories are made: `--dir`; with `--memory-limit` and no
+    /// `--dir`, the system's temporary directory (a disk: the page cache of files on tmpfs
+    /// cannot be evicted, so the limit would meet the data itself); otherwise the engines'
+    /// default ([`OpenOptions::parent_dir`]).
+    pub fn data_parent(&self) -> Option<PathBuf> {
+        self.dir.clone().or_else(|| self.memory_limit.map(|_| std::env::temp_dir()))
+    }
+
+    /// How each engine is opened for `job`: the cache asked for (or each engine's default), the
+    /// data's size, enough sessions, the durability and the data directory's parent.
+    pub fn open_options(&self, job: &dyn Job) -> OpenOptions {
+        OpenOptions {
+            cache_bytes: self.cache,
+            data_bytes: job.data_bytes(),
+            sessions: self.threads.iter().copied().max().unwrap_or(1).max(self.load_threads()) + 2,
+            durability: self.durability(),
+            dir: self.data_parent(),
+        }
     }
 
     /// The durability level asked for.
@@ -260,6 +308,8 @@ pub trait Job: Sync {
     ) -> Result<ThreadResult, String>;
     /// After the run: checks the engine's data (TPC-B's balances); a line for the report.
     fn check(&self, engine: &EngineState) -> Result<Option<String>, String>;
+    /// The job as data, to run it in a worker process.
+    fn spec(&self) -> JobSpec;
 }
 
 /// `--dir`: an existing directory, or one that can be created.
@@ -270,37 +320,118 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("--dir {}: {e}", dir.display()))
 }
 
-/// Opens each engine with a cache sized to hold `job`'s data, at the durability asked for.
-pub fn open_engines(names: &[String], args: &DriverArgs, job: &dyn Job) -> Result<Vec<EngineState>, String> {
-    let sessions = args.threads.iter().copied().max().unwrap_or(1).max(args.load_threads()) + 2;
-    // Twice the raw data, for page slack and indexes, and at least 64 MiB.
-    let cache_bytes = (job.data_bytes().saturating_mul(2) as usize).max(64 << 20);
-    let options = OpenOptions { cache_bytes, sessions, durability: args.durability(), dir: args.dir.clone() };
-    names
-        .iter()
-        .map(|name| {
-            let engine = tern_peers::open(name, options.clone()).map_err(|e| format!("opening {name}: {e}"))?;
-            Ok(EngineState {
-                name: name.clone(),
-                engine,
-                next: CachePadded::new(AtomicU64::new(0)),
-                acked: CachePadded::new(AtomicU64::new(0)),
-                runs: AtomicU64::new(0),
-            })
-        })
-        .collect()
+/// Which job a serialized [`Job`] is: what a worker process (`--memory-limit`) is told to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum JobSpec {
+    Ycsb(super::ycsb::YcsbJob),
+    Tpcb(super::tpcb::TpcbJob),
 }
 
-/// Load batches: this many items per write transaction.
-const LOAD_BATCH: u64 = 1000;
+impl JobSpec {
+    /// The job itself.
+    pub fn into_job(self) -> Box<dyn Job> {
+        match self {
+            JobSpec::Ycsb(j) => Box::new(j),
+            JobSpec::Tpcb(j) => Box::new(j),
+        }
+    }
+}
 
-/// Loads `job`'s items into every engine in turn (each timed); one record per engine.
-pub fn load(engines: &[EngineState], job: &dyn Job, args: &DriverArgs) -> Result<Vec<Record>, String> {
-    let threads = args.load_threads();
-    let total = job.load_items();
-    let mut records = Vec::new();
-    for e in engines {
-        let progress = ProgressBar::new(total);
+/// An engine the driver runs jobs on: open in this process ([`LocalEngine`]), or in a worker
+/// process of its own in a memory cgroup ([`super::worker::Worker`], `--memory-limit`). Jobs are
+/// named by their index in the run's job list.
+pub trait EngineRun {
+    /// The engine's name (`tern`, `lmdb`, ...).
+    fn name(&self) -> &str;
+    /// The engine's configuration line.
+    fn config(&self) -> String;
+    /// The cache the engine has (`None`: no cache of its own, LMDB).
+    fn cache_bytes(&self) -> Option<u64>;
+    /// Bytes the engine's data directory took after the load (allocated blocks, as `du`);
+    /// `None` before the load and for an engine without a directory (tern in memory).
+    fn disk_bytes(&self) -> Option<u64>;
+    /// The memory limit the engine runs under (its worker's cgroup), if any.
+    fn memory_limit(&self) -> Option<u64> {
+        None
+    }
+    /// A line on how the memory limit is applied, for the report.
+    fn limit_note(&self) -> Option<String> {
+        None
+    }
+    /// Loads job `job`'s items (timed); `None` if interrupted.
+    fn load(&self, job: usize) -> Result<Option<Sample>, String>;
+    /// Sets up job `job`'s shared state after the load and earlier jobs ([`Job::loaded`]).
+    fn prepare(&self, job: usize) -> Result<(), String>;
+    /// One measurement of job `job` with `threads` threads; failures are collected (the sample
+    /// then does not count the failed threads); `None` if interrupted.
+    fn measure(&self, job: usize, threads: usize, failures: &Mutex<Vec<String>>) -> Option<Sample>;
+    /// Checks the engine's data after job `job`'s run ([`Job::check`]).
+    fn check(&self, job: usize) -> Result<Option<String>, String>;
+}
+
+/// An engine open in this process, with the jobs of the run.
+pub struct LocalEngine<'a> {
+    pub state: EngineState,
+    jobs: &'a [&'a dyn Job],
+    args: &'a DriverArgs,
+    /// Set by the load.
+    disk_bytes: Mutex<Option<u64>>,
+    /// Draw a progress bar while loading (not in a worker process).
+    progress: bool,
+}
+
+impl<'a> LocalEngine<'a> {
+    /// Opens engine `name` for `jobs` (sized for the first one's data) as `args` asks.
+    pub fn open(
+        name: &str,
+        args: &'a DriverArgs,
+        jobs: &'a [&'a dyn Job],
+        progress: bool,
+    ) -> Result<LocalEngine<'a>, String> {
+        let first = *jobs.first().ok_or("no workload to run")?;
+        let engine = tern_peers::open(name, args.open_options(first)).map_err(|e| format!("opening {name}: {e}"))?;
+        let state = EngineState {
+            name: name.to_string(),
+            engine,
+            next: CachePadded::new(AtomicU64::new(0)),
+            acked: CachePadded::new(AtomicU64::new(0)),
+            runs: AtomicU64::new(0),
+        };
+        Ok(LocalEngine { state, jobs, args, disk_bytes: Mutex::new(None), progress })
+    }
+
+    /// The engine's data directory, if it has one.
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        self.state.engine.data_dir().map(Path::to_path_buf)
+    }
+
+    fn job(&self, i: usize) -> Result<&'a dyn Job, String> {
+        self.jobs.get(i).copied().ok_or_else(|| format!("no job {i} (the run has {})", self.jobs.len()))
+    }
+}
+
+impl EngineRun for LocalEngine<'_> {
+    fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    fn config(&self) -> String {
+        self.state.engine.config()
+    }
+
+    fn cache_bytes(&self) -> Option<u64> {
+        self.state.engine.cache_bytes()
+    }
+
+    fn disk_bytes(&self) -> Option<u64> {
+        *self.disk_bytes.lock()
+    }
+
+    fn load(&self, i: usize) -> Result<Option<Sample>, String> {
+        let (job, e, args) = (self.job(i)?, &self.state, self.args);
+        let threads = args.load_threads();
+        let total = job.load_items();
+        let progress = if self.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         progress.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
                 .expect("static template")
@@ -323,11 +454,72 @@ pub fn load(engines: &[EngineState], job: &dyn Job, args: &DriverArgs) -> Result
         if let Some(m) = failure.into_inner() {
             return Err(format!("{}: loading {}: {m}", e.name, job.workload()));
         }
-        let Some(sample) = sample else { break };
-        records.push(phase_record(job, e, "load", threads, &sample, args.durability_params()));
+        *self.disk_bytes.lock() = e.engine.data_dir().map(dir_bytes);
+        Ok(sample)
     }
-    Ok(records)
+
+    fn prepare(&self, i: usize) -> Result<(), String> {
+        self.job(i)?.loaded(&self.state);
+        Ok(())
+    }
+
+    fn measure(&self, i: usize, threads: usize, failures: &Mutex<Vec<String>>) -> Option<Sample> {
+        match self.job(i) {
+            Ok(job) => measure(job, &self.state, self.args, threads, failures),
+            Err(m) => {
+                failures.lock().push(format!("{}: {m}", self.state.name));
+                None
+            }
+        }
+    }
+
+    fn check(&self, i: usize) -> Result<Option<String>, String> {
+        self.job(i)?.check(&self.state)
+    }
 }
+
+/// Bytes the files under `dir` take on disk (allocated blocks, as `du`: LMDB's map file is
+/// sparse); what cannot be read counts nothing.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&entry.path()),
+            Ok(m) => m.blocks().saturating_mul(512),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// This process's reads so far, from `/proc/self/io` (in a worker process, that is
+/// `/proc/<worker pid>/io`): `read_bytes`, the bytes it caused to be fetched from the storage
+/// layer (block devices; page-cache hits and tmpfs count nothing, page faults on a mapped file
+/// count), and `syscr`, its read system calls (`read`, `pread64`, `readv`, ...; served from the
+/// page cache or not; page faults are not calls). `None` where the kernel does not keep them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcIo {
+    pub read_bytes: u64,
+    pub syscr: u64,
+}
+
+impl ProcIo {
+    /// The counters now.
+    pub fn now() -> Option<ProcIo> {
+        ProcIo::parse(&std::fs::read_to_string("/proc/self/io").ok()?)
+    }
+
+    /// Reads the two fields from the text of a `/proc/<pid>/io` file.
+    pub fn parse(text: &str) -> Option<ProcIo> {
+        let field =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<u64>().ok());
+        Some(ProcIo { read_bytes: field("read_bytes")?, syscr: field("syscr")? })
+    }
+}
+
+/// Load batches: this many items per write transaction.
+const LOAD_BATCH: u64 = 1000;
 
 fn load_range(
     e: &EngineState,
@@ -354,7 +546,7 @@ fn load_range(
 
 fn phase_record(
     job: &dyn Job,
-    e: &EngineState,
+    e: &dyn EngineRun,
     phase: &str,
     threads: usize,
     s: &Sample,
@@ -367,17 +559,30 @@ fn phase_record(
         params.insert(k.into(), v);
     }
     let mut extra = serde_json::Map::new();
-    extra.insert("engine".into(), json!(e.name));
+    extra.insert("engine".into(), json!(e.name()));
     extra.insert("fairness".into(), runner::round3(s.fairness()));
+    extra.extend(engine_fields(e));
     Record {
         ops_per_sec: s.ops_per_sec(),
         min_ops_per_sec: s.ops_per_sec(),
         max_ops_per_sec: s.ops_per_sec(),
-        ..Record::single(job.bench(), e.name.clone(), threads, params, s.ops(), s.secs, extra)
+        ..Record::single(job.bench(), e.name().to_string(), threads, params, s.ops(), s.secs, extra)
     }
 }
 
-/// One measurement of `job` on `e` with `threads` threads; failures are collected.
+/// What every record of an engine carries about its memory: `cache_bytes` (null: no cache of
+/// its own), `memory_limit_bytes` (null: none), `disk_bytes` (null: no data directory).
+fn engine_fields(e: &dyn EngineRun) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("cache_bytes".into(), json!(e.cache_bytes()));
+    m.insert("memory_limit_bytes".into(), json!(e.memory_limit()));
+    m.insert("disk_bytes".into(), json!(e.disk_bytes()));
+    m
+}
+
+/// One measurement of `job` on `e` with `threads` threads; failures are collected. Adds the
+/// process's reads during it per operation: `read_bytes_per_op` and `reads_per_op` (from
+/// [`ProcIo`]; null where unavailable).
 fn measure(
     job: &dyn Job,
     e: &EngineState,
@@ -400,10 +605,18 @@ fn measure(
         })
     };
     let before = e.engine.wal_stats();
+    let io_before = ProcIo::now();
     let mut sample = match args.operations {
         Some(_) => run_threads_to_completion(threads, body),
         None => run_threads(threads, Duration::from_secs_f64(args.duration), body),
     }?;
+    let io = io_before.zip(ProcIo::now());
+    let ops = sample.ops().max(1) as f64;
+    let per_op = |f: fn(&ProcIo) -> u64| {
+        io.map_or(Value::Null, |(a, b)| runner::round3(f(&b).saturating_sub(f(&a)) as f64 / ops))
+    };
+    sample.extra.insert("read_bytes_per_op".into(), per_op(|x| x.read_bytes));
+    sample.extra.insert("reads_per_op".into(), per_op(|x| x.syscr));
     let commits: u64 = sample.by_op.iter().filter(|o| WRITE_OPS.contains(&o.name)).map(|o| o.ops).sum();
     sample.extra.insert("commits_per_sec".into(), runner::round3(commits as f64 / sample.secs.max(1e-9)));
     if let (Some(before), Some(after)) = (before, e.engine.wal_stats()) {
@@ -475,17 +688,44 @@ pub fn wal_figures(before: &WalStats, after: &WalStats, secs: f64) -> serde_json
 /// Runs `jobs` on `engine_names`: opens each engine and loads it once (with the first job's
 /// load: the jobs must share it), then runs the jobs in order on the same data, every
 /// (job, thread count) point with the engines interleaved; prints the tables and the key
-/// ratios, writes the chart.
+/// ratios, writes the chart. With `--memory-limit` each engine lives in a worker process of
+/// its own, in a memory cgroup ([`super::worker`]); the rounds are scheduled here the same way.
 pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Result<(), String> {
     harness::enable_hardware_counters();
     let first = *jobs.first().ok_or("no workload to run")?;
-    let engines = open_engines(engine_names, args, first)?;
-    let load_records = load(&engines, first, args)?;
-    emit(&load_records, args.json, &format!("{} load phase: {}", first.bench(), first.describe()), &[]);
+    let engines: Vec<Box<dyn EngineRun + '_>> = match args.memory_limit {
+        None => engine_names
+            .iter()
+            .map(|name| LocalEngine::open(name, args, jobs, true).map(|e| Box::new(e) as Box<dyn EngineRun>))
+            .collect::<Result<_, _>>()?,
+        Some(limit) => super::worker::spawn_all(engine_names, args, jobs, limit)?
+            .into_iter()
+            .map(|w| Box::new(w) as Box<dyn EngineRun>)
+            .collect(),
+    };
+    let load_threads = args.load_threads();
+    let mut load_records = Vec::new();
+    for e in &engines {
+        match e.load(0)? {
+            Some(sample) => load_records.push(phase_record(
+                first,
+                e.as_ref(),
+                "load",
+                load_threads,
+                &sample,
+                args.durability_params(),
+            )),
+            None => break,
+        }
+    }
+    let load_notes = memory_notes(&engines);
+    emit(&load_records, args.json, &format!("{} load phase: {}", first.bench(), first.describe()), &load_notes);
     let mut series: Vec<Series> = Vec::new();
     let mut failed = Vec::new();
-    for job in jobs {
-        engines.iter().for_each(|e| job.loaded(e));
+    for (j, job) in jobs.iter().enumerate() {
+        for e in &engines {
+            e.prepare(j)?;
+        }
         let failures = Mutex::new(Vec::new());
         let mut cases = Vec::new();
         for &t in &args.threads {
@@ -493,7 +733,7 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
                 .iter()
                 .map(|e| {
                     let failures = &failures;
-                    (e.name.clone(), Box::new(move || measure(*job, e, args, t, failures)) as RunFn<'_>)
+                    (e.name().to_string(), Box::new(move || e.measure(j, t, failures)) as RunFn<'_>)
                 })
                 .collect();
             let mut params = vec![("workload", json!(job.workload())), ("phase", json!("run"))];
@@ -506,17 +746,21 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             if harness::interrupted() { Vec::new() } else { runner::run(job.bench(), &cases, args.rounds) };
         for r in &mut records {
             r.extra.insert("engine".into(), json!(r.variant));
+            if let Some(e) = engines.iter().find(|e| e.name() == r.variant) {
+                r.extra.extend(engine_fields(e.as_ref()));
+            }
         }
         let mut notes = vec![format!("  {}", job.describe())];
         notes.extend(engine_notes(&engines, args));
+        notes.extend(io_table(&records));
         notes.extend(commit_table(&records, args.durability()));
         notes.extend(latency_table(&records, args.sample_every));
         let mut checks = Vec::new();
         for e in &engines {
-            match job.check(e) {
-                Ok(Some(line)) => checks.push(format!("  {}: {line}", e.name)),
+            match e.check(j) {
+                Ok(Some(line)) => checks.push(format!("  {}: {line}", e.name())),
                 Ok(None) => {}
-                Err(m) => failed.push(format!("{}: {m}", e.name)),
+                Err(m) => failed.push(format!("{}: {m}", e.name())),
             }
         }
         if !checks.is_empty() {
@@ -548,6 +792,8 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             break;
         }
     }
+    // Workers quit and their cgroups go before the chart and the verdict.
+    drop(engines);
     if let Some(path) = &args.plot {
         if !series.is_empty() {
             let workloads: Vec<String> = jobs.iter().map(|j| j.workload()).collect();
@@ -567,24 +813,95 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
     Ok(())
 }
 
+/// A byte count for the tables: `-` when there is none.
+fn mib_or(bytes: Option<u64>, none: &str) -> String {
+    bytes.map_or_else(|| none.to_string(), tern_peers::format_mib)
+}
+
+/// After the load: each engine's cache, memory limit and data on disk.
+fn memory_notes(engines: &[Box<dyn EngineRun + '_>]) -> Vec<String> {
+    let mut notes = vec![
+        "\nmemory per engine: cache (the engine's own), memory limit (its worker's cgroup: heap and page cache), \
+         data on disk after the load (allocated blocks of its directory):"
+            .to_string(),
+    ];
+    for e in engines {
+        notes.push(format!(
+            "  {:<10} cache {:<24} memory limit {:<10} on disk {}",
+            e.name(),
+            mib_or(e.cache_bytes(), "none (OS page cache)"),
+            mib_or(e.memory_limit(), "none"),
+            mib_or(e.disk_bytes(), "- (in memory)")
+        ));
+    }
+    notes
+}
+
+/// Per record: the engine's cache, memory limit, data on disk, and its reads per operation
+/// during the run (the median round's, from `/proc/<pid>/io`).
+fn io_table(records: &[Record]) -> Vec<String> {
+    if records.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        "\nmemory and reads per engine: cache, memory limit, data on disk after the load; per operation during \
+         the run (median round, /proc/<pid>/io): read B/op = bytes fetched from storage (read_bytes: page-cache \
+         hits and tmpfs count nothing), reads/op = read system calls (syscr, cached or not; mmap faults are \
+         not calls):"
+            .to_string(),
+        format!(
+            "  {:<10} {:>7}  {:>20}  {:>12}  {:>12}  {:>12}  {:>9}",
+            "engine", "threads", "cache", "memory limit", "on disk", "read B/op", "reads/op"
+        ),
+    ];
+    for r in records {
+        let bytes = |k: &str| r.extra.get(k).and_then(Value::as_u64);
+        let per_op = |k: &str| r.extra.get(k).and_then(Value::as_f64).map_or("-".into(), |x| format!("{x:.2}"));
+        lines.push(format!(
+            "  {:<10} {:>7}  {:>20}  {:>12}  {:>12}  {:>12}  {:>9}",
+            r.variant,
+            r.threads,
+            mib_or(bytes("cache_bytes"), "none (page cache)"),
+            mib_or(bytes("memory_limit_bytes"), "none"),
+            mib_or(bytes("disk_bytes"), "in memory"),
+            per_op("read_bytes_per_op"),
+            per_op("reads_per_op")
+        ));
+    }
+    lines
+}
+
 /// Each engine's configuration, the durability every engine ran with, where the data lived,
-/// and the counters.
-fn engine_notes(engines: &[EngineState], args: &DriverArgs) -> Vec<String> {
+/// the memory limit, and the counters.
+fn engine_notes(engines: &[Box<dyn EngineRun + '_>], args: &DriverArgs) -> Vec<String> {
     let durability = args.durability();
     let mut notes = vec![format!("\nengines (same durability everywhere: {}):", durability.describe())];
     for e in engines {
-        notes.push(format!("  {:<10} {}", e.name, e.engine.config()));
+        notes.push(format!("  {:<10} {}", e.name(), e.config()));
     }
-    let options = OpenOptions { durability, dir: args.dir.clone(), ..OpenOptions::default() };
-    let on_disk = engines.iter().any(|e| e.name != "tern") || durability != Durability::None;
+    let options = OpenOptions { durability, dir: args.data_parent(), ..OpenOptions::default() };
+    let on_disk = engines.iter().any(|e| e.name() != "tern") || durability != Durability::None;
     if on_disk {
         let parent = options.parent_dir();
         let (device, fs) = mount_of(&parent).unwrap_or_else(|| ("?".into(), "?".into()));
         let mut line = format!("data directories under {} (on {device}, {fs})", parent.display());
         if fs == "tmpfs" && durability != Durability::None {
             line.push_str(": WARNING: a flush to tmpfs costs nothing, so this measures no disk");
+        } else if fs == "tmpfs" && args.memory_limit.is_some() {
+            line.push_str(
+                ": WARNING: files on tmpfs are memory that cannot be evicted: they count against the limit in full \
+                 and no read reaches a disk",
+            );
         }
         notes.push(line);
+    }
+    if args.memory_limit.is_some() {
+        notes.push(
+            "memory limit: each engine in a worker process of its own, in a memory cgroup (heap, page cache of \
+             its files and kernel memory count):"
+                .into(),
+        );
+        notes.extend(engines.iter().filter_map(|e| e.limit_note().map(|l| format!("  {:<10} {l}", e.name()))));
     }
     notes.push(match counters::availability() {
         Ok(events) => format!("hardware counters: {} (per operation, in the JSON lines)", events.join(", ")),

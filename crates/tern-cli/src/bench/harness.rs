@@ -22,16 +22,29 @@ pub fn interrupted() -> bool {
 
 /// Installs the Ctrl-C handler (once; later calls are no-ops).
 pub fn install_ctrlc() {
+    install(true);
+}
+
+/// Installs the Ctrl-C handler without its message (worker processes: their parent says it).
+pub fn install_ctrlc_quiet() {
+    install(false);
+}
+
+fn install(announce: bool) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // If a handler cannot be installed, Ctrl-C simply kills the process as usual.
-        let _ = ctrlc::set_handler(|| {
+        let _ = ctrlc::set_handler(move || {
             if INTERRUPTED.swap(true, Relaxed) {
+                // No unwinding from here: end the worker processes and remove their cgroups.
+                super::worker::on_forced_exit();
                 std::process::exit(130);
             }
-            eprintln!(
-                "\ninterrupted: finishing the current point and printing what was measured (Ctrl-C again to quit)"
-            );
+            if announce {
+                eprintln!(
+                    "\ninterrupted: finishing the current point and printing what was measured (Ctrl-C again to quit)"
+                );
+            }
         });
     });
 }

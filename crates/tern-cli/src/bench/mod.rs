@@ -4,6 +4,7 @@
 //! ([`runner`]), and prints a table and, with `--json`, JSON Lines ([`report`]). Options common
 //! to all benchmarks are in [`Common`].
 
+pub mod cgroup;
 pub mod compare;
 pub mod counters;
 pub mod dist;
@@ -20,6 +21,7 @@ pub mod tpcb;
 pub mod tree;
 pub mod txn;
 pub mod work;
+pub mod worker;
 pub mod workload;
 pub mod ycsb;
 
@@ -104,10 +106,18 @@ pub enum Which {
     Tpcb(tpcb::TpcbArgs),
     Compare(compare::CompareArgs),
     Recovery(recovery::RecoveryArgs),
+    /// One engine for a parent `tern bench` run with --memory-limit, over stdin and stdout.
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
 }
 
 /// Runs the named benchmark, or the default suite.
 pub fn run(cmd: BenchCmd) -> Result<(), String> {
+    if let Some(Which::Worker(_)) = cmd.which {
+        // A worker stops its measurement on Ctrl-C like its parent, without saying so.
+        harness::install_ctrlc_quiet();
+        return worker::serve();
+    }
     harness::install_ctrlc();
     match cmd.which {
         Some(Which::Latch(args)) => latch::run(&args),
@@ -119,6 +129,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Tpcb(args)) => tpcb::run(&args),
         Some(Which::Compare(args)) => compare::run(&args),
         Some(Which::Recovery(args)) => recovery::run(&args),
+        Some(Which::Worker(_)) => unreachable!("handled above"),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;
     if harness::interrupted() {

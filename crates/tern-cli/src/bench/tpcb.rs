@@ -12,7 +12,7 @@
 //! account balances each equal the sum of the history deltas (every transaction applied all
 //! its updates or none).
 
-use super::driver::{DriverArgs, EngineState, Job};
+use super::driver::{DriverArgs, EngineState, Job, JobSpec};
 use super::harness::{Control, OpStats, SampleClock, ThreadResult};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
@@ -44,6 +44,7 @@ const ROW: usize = 100;
 const HISTORY_ROW: usize = 50;
 
 /// TPC-B at a scale factor, as a driver job.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TpcbJob {
     pub scale: u64,
     pub sample_every: u64,
@@ -246,5 +247,9 @@ impl Job for TpcbJob {
         Ok(Some(format!(
             "consistent: {nh} transactions; branch, teller and account balances each sum to the history's {history}"
         )))
+    }
+
+    fn spec(&self) -> JobSpec {
+        JobSpec::Tpcb(self.clone())
     }
 }

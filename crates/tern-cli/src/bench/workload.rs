@@ -41,7 +41,7 @@ impl Op {
 }
 
 /// How operations pick records (`requestdistribution`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RequestDist {
     Uniform,
     /// Scrambled zipfian, theta 0.99: popular records spread over the key space.
@@ -70,7 +70,7 @@ impl RequestDist {
 }
 
 /// A YCSB workload.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Workload {
     /// `a`..`f`, or the property file's name.
     pub name: String,

@@ -6,7 +6,7 @@
 //! locks) and writes the record back. Every value read is checked against the record it was
 //! read for; a read of a loaded record that finds nothing, or a wrong value, fails the run.
 
-use super::driver::{DriverArgs, EngineState, Job};
+use super::driver::{DriverArgs, EngineState, Job, JobSpec};
 use super::harness::{Control, OpStats, SampleClock, ThreadResult};
 use super::workload::{check_value, key_of, tag_value, Generator, Op, RequestDist, Workload};
 use serde_json::{json, Value};
@@ -43,6 +43,7 @@ pub struct YcsbArgs {
 }
 
 /// A YCSB workload as a driver job.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct YcsbJob {
     pub workload: Workload,
     pub key_size: usize,
@@ -195,6 +196,10 @@ impl Job for YcsbJob {
 
     fn check(&self, _e: &EngineState) -> Result<Option<String>, String> {
         Ok(None)
+    }
+
+    fn spec(&self) -> JobSpec {
+        JobSpec::Ycsb(self.clone())
     }
 }
 
