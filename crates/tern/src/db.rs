@@ -16,10 +16,9 @@
 //!
 //! **Durability.** [`Db::open`] keeps a database in a directory: every commit is logged
 //! ([`crate::wal`]) and waits for the disk per its [`Durability`]; checkpoints
-//! ([`crate::checkpoint`]) bound the log; opening recovers ([`crate::recovery`]). The whole data
-//! set lives in memory (pages are not evicted to the files yet): a database must fit in RAM,
-//! and [`Options::memory_budget`] turns running out into an error. [`Db::open_temporary`]
-//! keeps nothing.
+//! ([`crate::checkpoint`]) bound the log; opening recovers ([`crate::recovery`]). Tables live in one
+//! buffer pool ([`crate::buffer`]) of [`Options::cache_bytes`] over the page file, so a
+//! database can be larger than memory. [`Db::open_temporary`] keeps no files of its own.
 
 use crate::btree::{BTree, TreeConfig, TreeStats};
 use crate::buffer::{BufferStats, Pool, PoolConfig, PAGE_FILE};
@@ -63,10 +62,6 @@ pub struct Options {
     pub tracking: TxnTracking,
     /// The write-ahead log (databases opened with [`Db::open`]).
     pub wal: WalConfig,
-    /// Writes that would grow the data fail with [`Error::MemoryBudget`] once the tables' pages
-    /// take more than this many bytes (`None`: no limit). Deletes, and values no larger than
-    /// the ones they replace, still go through, so a database over its budget can shrink.
-    pub memory_budget: Option<u64>,
     /// Bytes of memory for pages (the buffer pool): pages beyond it live in the database's page
     /// file and are read back on demand. Default: [`Options::default_cache_bytes`].
     pub cache_bytes: u64,
@@ -92,7 +87,6 @@ impl Default for Options {
             locks: LockConfig::default(),
             tracking: TxnTracking::PerThread,
             wal: WalConfig::default(),
-            memory_budget: None,
             cache_bytes: Options::default_cache_bytes(),
         }
     }
@@ -186,6 +180,27 @@ pub(crate) struct Durable {
 
 static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The buffer pool of a temporary database: `cache_bytes` of frames over a page file in the
+/// system's temporary directory, unlinked as soon as it is open (the space goes back when the
+/// pool closes it, even after a crash); a pool in memory only if no such file can be made.
+fn scratch_pool(options: &Options) -> Arc<Pool> {
+    static SCRATCH: AtomicU64 = AtomicU64::new(0);
+    let n = SCRATCH.fetch_add(1, Relaxed);
+    let path = std::env::temp_dir().join(format!("tern-temporary-{}-{n}.pages", std::process::id()));
+    let config = PoolConfig {
+        page_size: options.tree.page_size,
+        cache_bytes: Some(options.cache_bytes),
+        huge_pages: options.tree.huge_pages,
+    };
+    match Pool::with_file(config, Arc::new(StdFs), path.clone()) {
+        Ok(pool) => {
+            let _ = std::fs::remove_file(&path);
+            pool
+        }
+        Err(_) => Pool::memory(options.tree.page_size, options.tree.huge_pages),
+    }
+}
+
 impl Db {
     /// Opens (or creates) the database in directory `path`: locks the directory against other
     /// openers ([`Error::Locked`]), loads the newest checkpoint and replays the log after it
@@ -239,9 +254,13 @@ impl Db {
         Ok(db)
     }
 
-    /// A database in memory only, gone when the last handle is dropped.
+    /// A database without files of its own, gone when the last handle is dropped: no log, no
+    /// checkpoints. Its pages live in a buffer pool of [`Options::cache_bytes`] over a page
+    /// file in the system's temporary directory (unlinked at once), so it too can be larger
+    /// than memory; if no such file can be made, in memory only.
     pub fn open_temporary(options: Options) -> Result<Db> {
-        let pool = Pool::memory(options.tree.page_size, options.tree.huge_pages);
+        options.tree.validate()?;
+        let pool = scratch_pool(&options);
         let table = BTree::with_pool(options.tree, pool.clone())?;
         Db::new(None, options, pool, vec![(0, String::new(), table)], None)
     }
@@ -540,23 +559,6 @@ impl std::fmt::Debug for Db {
 }
 
 impl DbInner {
-    /// [`Error::MemoryBudget`] if the tables' pages take more than the budget.
-    #[inline]
-    pub fn check_memory(&self) -> Result<()> {
-        let Some(budget) = self.options.memory_budget else { return Ok(()) };
-        let used = self.memory_used();
-        if used > budget {
-            return Err(Error::MemoryBudget { used, budget });
-        }
-        Ok(())
-    }
-
-    /// Bytes of the tables' pages (nodes and overflow pages).
-    fn memory_used(&self) -> u64 {
-        let catalog = self.catalog.read();
-        catalog.by_id.iter().map(|t| (t.tree.stats().pages * t.tree.pool().page_size()) as u64).sum()
-    }
-
     /// Asks the checkpointer thread for a checkpoint.
     pub fn ask_checkpoint(&self) {
         if let Some(d) = &self.durable {

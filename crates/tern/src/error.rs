@@ -126,15 +126,6 @@ pub enum Error {
         path: std::path::PathBuf,
     },
 
-    /// A write would grow the database's memory beyond its configured budget.
-    #[error("memory budget exceeded: {used} bytes in use, budget {budget} bytes (the whole data set lives in memory)")]
-    MemoryBudget {
-        /// Bytes in use.
-        used: u64,
-        /// The configured budget.
-        budget: u64,
-    },
-
     /// More distinct latch classes were registered than the fixed class table holds.
     #[error("cannot register latch class {name:?}: the table holds {max} classes")]
     TooManyLatchClasses {

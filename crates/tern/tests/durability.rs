@@ -373,25 +373,10 @@ fn durability_modes_and_group_commit() {
 }
 
 #[test]
-fn bad_options_and_a_memory_budget_give_clear_errors() {
+fn bad_options_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let bad = Options { wal: WalConfig { file_bytes: 10, ..WalConfig::default() }, ..options() };
     assert!(matches!(Db::open(dir.path(), bad), Err(Error::InvalidArgument(_))));
-    let tight = Options { memory_budget: Some(1 << 20), ..options() };
-    let db = Db::open(dir.path(), tight).unwrap();
-    let mut last = Ok(());
-    for i in 0..100_000u32 {
-        let mut t = db.begin().unwrap();
-        last = t.put(&i.to_be_bytes(), &[1; 200]);
-        if last.is_err() {
-            break;
-        }
-        t.commit().unwrap();
-    }
-    let err = last.unwrap_err();
-    assert!(matches!(err, Error::MemoryBudget { .. }), "{err}");
-    // Reads and deletes still work; nothing committed is lost.
-    assert!(db.begin_read().unwrap().range(..).unwrap().count() > 1000);
 }
 
 #[test]

@@ -11,8 +11,10 @@
 //! ```
 //!
 //! # Structure
-//! * Nodes are fixed-size slotted pages (`node.rs`), referred to by 32-bit page id through a
-//!   page table (`pages.rs`); all pages are in memory for now.
+//! * Nodes are fixed-size slotted pages (`node.rs`), referred to by 32-bit page id; pages live
+//!   in a buffer pool (`crate::buffer`), which may evict them to its page file. The tree fixes
+//!   pages through the pool's guards: optimistic reads, shared and exclusive latches; an
+//!   evicted page is faulted in once the parent it was found in validates.
 //! * Each slot carries the key's first 8 bytes (after the node prefix) as an integer, the **key
 //!   head**, so node search compares integers and touches key bytes only on ties.
 //! * Node search runs in one of four layouts chosen per tree (`search.rs`): the sorted slot
@@ -43,9 +45,9 @@
 //! loads (`page.rs`), so reading a node that a writer is changing is not a data race; every
 //! offset and length read from a page is treated as untrusted (reads past the page end return
 //! zeros, loops are bounded by the page size), so garbage cannot fault or hang; and nothing read
-//! optimistically is acted upon before the version is validated. Pages are freed through
-//! crossbeam-epoch, so a reader holding a stale page id reads a live (if outdated) page, never
-//! freed memory.
+//! optimistically is acted upon before the version is validated. Frames are never unmapped
+//! while the pool lives and every free, eviction and load bumps the page's version, so a reader
+//! holding a stale page id or frame reads valid (if meaningless) memory and fails validation.
 
 mod bulk;
 mod cursor;

@@ -283,20 +283,6 @@ impl<'db> Txn<'db> {
             d.wal.check_writable()?;
         }
         table.tree.check_key(key)?;
-        if let Err(over) = self.db.check_memory() {
-            // Over the budget, what does not grow the data still goes through: deletes, and
-            // values no larger than the one they replace.
-            let grows = match value {
-                None => false,
-                Some(v) => {
-                    let mut old = Vec::new();
-                    !self.read_into(table, key, &mut old)? || old.len() < v.len()
-                }
-            };
-            if grows {
-                return Err(over);
-            }
-        }
         if let Some(v) = value.filter(|v| v.len() > MAX_VALUE) {
             return Err(Error::ValueTooLarge { len: v.len(), max: MAX_VALUE });
         }
