@@ -607,6 +607,20 @@ pub struct TxnRange<'t> {
     inner: Range<'t, View<'t>>,
 }
 
+impl TxnRange<'_> {
+    /// The error that ended this iteration early, if one did: a page that could not be read
+    /// (`Error::Io`, `Error::Corruption`) stops the iteration as if the range had ended. Check
+    /// it after iterating a database whose pages can be evicted.
+    pub fn error(&self) -> Option<&Error> {
+        self.inner.error()
+    }
+
+    /// Takes the error that ended this iteration early (see [`error`](Self::error)).
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.inner.take_error()
+    }
+}
+
 impl Iterator for TxnRange<'_> {
     type Item = (Vec<u8>, Vec<u8>);
 
