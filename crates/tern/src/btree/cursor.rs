@@ -153,7 +153,7 @@ impl BTree {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         loop {
-            let n = NodeRef::new(at.page);
+            let n = NodeRef::new(at.page());
             if n.is_leaf() {
                 leaf.clear();
                 chains.clear();

@@ -150,7 +150,7 @@ impl BTree {
         guard: &Guard,
     ) -> Result<(Applied, R, bool), Abort> {
         let (at, parent) = self.descend_to_write(key, guard)?;
-        let n = NodeRef::new(at.page);
+        let n = NodeRef::new(at.page());
         let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
         if let Room::Split = self.room(n, key.len(), reserve) {
             self.make_room(parent, at, Room::Split, guard)?;

@@ -158,9 +158,16 @@ enum PutMode {
 
 /// A node reached by a descent, with its id and optimistic version.
 pub(crate) struct Visit<'g> {
-    pub page: &'g Page,
     pub pid: u32,
     pub version: PageRef<'g>,
+}
+
+impl<'g> Visit<'g> {
+    /// The node's page, read optimistically (trust it after `version` validates).
+    #[inline]
+    pub fn page(&self) -> &'g Page {
+        self.version.page()
+    }
 }
 
 /// The result of descending to a node: it, and its parent with the slot leading to it.
@@ -323,7 +330,7 @@ impl BTree {
                 if let Some(parent) = parent {
                     parent.validate()?;
                 }
-                Ok(Visit { page, pid, version })
+                Ok(Visit { pid, version })
             }
             Err(Miss::Evicted) => {
                 if let Some(parent) = parent {
@@ -340,7 +347,7 @@ impl BTree {
     /// validates the parent (so the child id was current).
     #[inline]
     pub(crate) fn child<'g>(&'g self, parent: &Visit<'g>, slot: usize, _guard: &'g Guard) -> Result<Visit<'g>, Abort> {
-        let pid = NodeRef::new(parent.page).child(slot);
+        let pid = NodeRef::new(parent.page()).child(slot);
         self.fix(pid, Some(&parent.version))
     }
 
@@ -357,7 +364,7 @@ impl BTree {
         let mut at = self.root(guard)?;
         let mut parent = None;
         loop {
-            let n = NodeRef::new(at.page);
+            let n = NodeRef::new(at.page());
             if n.level() <= level || n.is_leaf() {
                 if n.level() != level {
                     at.version.validate()?;
@@ -409,7 +416,7 @@ impl BTree {
 
     fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Abort> {
         let path = self.descend(key, 0, false, guard)?;
-        let leaf = NodeRef::new(path.at.page);
+        let leaf = NodeRef::new(path.at.page());
         let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
         if found && self.pool.evicts() && leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
             // A chain may span more pages than the pool holds: the leaf stays resident (and
@@ -527,7 +534,7 @@ impl BTree {
         let mut at = self.root(guard)?;
         let mut parent: Option<Visit<'_>> = None;
         loop {
-            let n = NodeRef::new(at.page);
+            let n = NodeRef::new(at.page());
             if n.is_leaf() {
                 return Ok((at, parent));
             }
@@ -550,7 +557,7 @@ impl BTree {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let (at, parent) = self.descend_to_write(key, guard)?;
         {
-            let n = NodeRef::new(at.page);
+            let n = NodeRef::new(at.page());
             let (slot, existed) = n.find(key, layout, pf);
             if existed && mode == PutMode::InsertNew {
                 at.version.validate()?;
@@ -630,21 +637,22 @@ impl BTree {
         room: Room,
         _guard: &Guard,
     ) -> Result<(), Abort> {
+        let n = NodeRef::new(at.page());
         if let Room::AfterRebuild = room {
             let _x = at.version.into_exclusive()?;
-            let n = NodeRef::new(at.page);
             self.rebuild(n, &Entry::read_all(n));
             return Ok(());
         }
         match parent {
             None => {
                 let _x = at.version.into_exclusive()?;
-                self.split(None, at.pid, NodeRef::new(at.page))?;
+                self.split(None, at.pid, n)?;
             }
             Some(p) => {
+                let pn = NodeRef::new(p.page());
                 let _px = p.version.into_exclusive()?;
                 let _x = at.version.into_exclusive()?;
-                self.split(Some(NodeRef::new(p.page)), at.pid, NodeRef::new(at.page))?;
+                self.split(Some(pn), at.pid, n)?;
             }
         }
         Ok(())
@@ -731,7 +739,7 @@ impl BTree {
 
     fn try_delete(&self, key: &[u8], guard: &Guard) -> Result<(bool, bool), Abort> {
         let path = self.descend(key, 0, false, guard)?;
-        let leaf = NodeRef::new(path.at.page);
+        let leaf = NodeRef::new(path.at.page());
         let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
         if !found {
             path.at.version.validate()?;
@@ -771,7 +779,7 @@ impl BTree {
         let Some((parent, slot)) = path.parent else {
             return Ok(None); // the root
         };
-        let (n, p) = (NodeRef::new(path.at.page), NodeRef::new(parent.page));
+        let (n, p) = (NodeRef::new(path.at.page()), NodeRef::new(parent.page()));
         if !self.underfull(n) {
             return Ok(None);
         }
@@ -785,7 +793,7 @@ impl BTree {
         };
         let sibling = self.child(&parent, sibling_slot, guard)?;
         let (left, right) = if sibling_slot > slot { (path.at, sibling) } else { (sibling, path.at) };
-        let (ln, rn) = (NodeRef::new(left.page), NodeRef::new(right.page));
+        let (ln, rn) = (NodeRef::new(left.page()), NodeRef::new(right.page()));
         if ln.used_space(self.layout) + rn.used_space(self.layout) > self.pool.page_size() * 3 / 4 {
             parent.version.validate()?;
             return Ok(None);
