@@ -231,8 +231,8 @@ fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
         .unwrap_or_else(|| panic!("the report names the cgroup: {stderr}"));
     assert!(!std::path::Path::new(&group).exists(), "the cgroup {group} is removed at the end");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "data directories are removed");
-    // tern in memory (--durability none) with more data than the limit: the kernel ends the
-    // worker, and the run says so instead of reporting a rate.
+    // tern with its default cache (far above the limit) and more data than the limit: the
+    // kernel ends the worker, and the run says so instead of reporting a rate.
     let (ok, _, stderr) = tern(&[
         "bench",
         "compare",

@@ -1,7 +1,8 @@
 //! tern, through its public `Db` API: a read is `begin_read` + `get` + commit; a write
 //! transaction is `begin` + puts + `commit`.
 //!
-//! At [`Durability::None`] the database lives in memory only (`Db::open_temporary`); at every
+//! At [`Durability::None`] the database has no directory (`Db::open_temporary`: no log, pages
+//! beyond the cache in an unlinked scratch file); at every
 //! other level it is opened with `Db::open` in a fresh directory, its log at that level. The
 //! cache is [`OpenOptions::cache_bytes`] when the run names one (`Options::cache_bytes`), tern's
 //! default otherwise.
@@ -72,7 +73,11 @@ impl Engine for TernEngine {
     fn config(&self) -> String {
         let o = self.db.options();
         let storage = match (self.durability, &self.dir) {
-            (Durability::None, _) | (_, None) => "in memory (Db::open_temporary, no log)".to_string(),
+            (Durability::None, _) | (_, None) => {
+                "no directory (Db::open_temporary: no log; pages beyond the cache in an unlinked scratch file in the \
+                 temporary directory)"
+                    .to_string()
+            }
             (level, Some(dir)) => {
                 let how = match level {
                     Durability::Sync => "Durability::Sync (commit written and fdatasync'ed; group commit)".into(),

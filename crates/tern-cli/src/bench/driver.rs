@@ -831,7 +831,7 @@ fn memory_notes(engines: &[Box<dyn EngineRun + '_>]) -> Vec<String> {
             e.name(),
             mib_or(e.cache_bytes(), "none (OS page cache)"),
             mib_or(e.memory_limit(), "none"),
-            mib_or(e.disk_bytes(), "- (in memory)")
+            mib_or(e.disk_bytes(), "- (no directory)")
         ));
     }
     notes
@@ -863,7 +863,7 @@ fn io_table(records: &[Record]) -> Vec<String> {
             r.threads,
             mib_or(bytes("cache_bytes"), "none (page cache)"),
             mib_or(bytes("memory_limit_bytes"), "none"),
-            mib_or(bytes("disk_bytes"), "in memory"),
+            mib_or(bytes("disk_bytes"), "no directory"),
             per_op("read_bytes_per_op"),
             per_op("reads_per_op")
         ));
