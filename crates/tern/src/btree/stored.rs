@@ -210,7 +210,7 @@ impl BTree {
     /// Puts `key` → `value` (with `flags`) at `slot`, replacing the slot if `existed`. The
     /// caller holds the leaf exclusively and checked that the entry fits after a rebuild.
     #[allow(clippy::too_many_arguments)]
-    fn replace_slot(
+    pub(crate) fn replace_slot(
         &self,
         n: NodeRef<'_>,
         slot: usize,

@@ -564,27 +564,9 @@ impl BTree {
                 return Ok(true);
             }
             match self.room(n, key.len(), value.len()) {
-                Room::InPlace => {
+                Room::InPlace | Room::AfterRebuild => {
                     let _x = at.version.into_exclusive()?;
-                    if existed {
-                        self.free_value(n, slot, guard);
-                        n.remove_at(slot, layout);
-                    }
-                    n.insert_at(slot, key, value, value.len() as u32 | u32::from(flags) << 16, layout);
-                }
-                Room::AfterRebuild => {
-                    let _x = at.version.into_exclusive()?;
-                    if existed {
-                        self.free_value(n, slot, guard);
-                    }
-                    let mut entries = Entry::read_all(n);
-                    let entry = Entry { key: key.to_vec(), value: value.to_vec(), flags, child: 0 };
-                    if existed {
-                        entries[slot] = entry;
-                    } else {
-                        entries.insert(slot, entry);
-                    }
-                    self.rebuild(n, &entries);
+                    self.replace_slot(n, slot, existed, key, value, flags, guard);
                 }
                 Room::Split => {
                     self.make_room(parent, at, Room::Split, guard)?;

@@ -138,6 +138,40 @@ pub(crate) enum Absent {
     Free,
 }
 
+/// What an acquisition loop does with the word it loaded.
+enum Step<R> {
+    Done(R),
+    /// A CAS lost: load again.
+    Retry,
+    /// Wait while the word satisfies this, then load again.
+    Wait(fn(u64) -> bool),
+}
+
+/// Whether the page moved on from `seen` (another version, or no longer readable).
+fn changed(w: u64, seen: u64) -> bool {
+    version(w) != version(seen) || !readable(w)
+}
+
+/// Held exclusively or being loaded.
+fn held(w: u64) -> bool {
+    matches!(state(w), LOCKED | LOADING)
+}
+
+/// Shared by the most holders a word counts.
+fn full(w: u64) -> bool {
+    state(w) == MAX_SHARED + 1
+}
+
+/// Shared by some holders.
+fn shared(w: u64) -> bool {
+    (UNLOCKED + 1..=MAX_SHARED + 1).contains(&state(w))
+}
+
+/// Resident and latched in any mode, or loading.
+fn latched(w: u64) -> bool {
+    !matches!(state(w), UNLOCKED | MARKED | FREE | EVICTED)
+}
+
 /// Operations on one page's state word. `class` only selects the spin policy and counters.
 pub(crate) struct StateWord<'a, A: Word = AtomicU64> {
     pub word: &'a A,
@@ -176,21 +210,12 @@ impl<A: Word> StateWord<'_, A> {
 
     #[cold]
     fn optimistic_slow(&self) -> Result<u64, Absent> {
-        let mut wait: Option<Wait> = None;
-        loop {
-            let w = self.word.load(Acquire);
-            match state(w) {
-                FREE => return Err(Absent::Free),
-                EVICTED => return Err(Absent::Evicted),
-                LOCKED | LOADING => self.wait(&mut wait, |w| matches!(state(w), LOCKED | LOADING)),
-                _ => {
-                    if let Some(wait) = wait {
-                        wait.done();
-                    }
-                    return Ok(w);
-                }
-            }
-        }
+        self.acquire(|w| match state(w) {
+            FREE => Step::Done(Err(Absent::Free)),
+            EVICTED => Step::Done(Err(Absent::Evicted)),
+            LOCKED | LOADING => Step::Wait(held),
+            _ => Step::Done(Ok(w)),
+        })
     }
 
     /// Whether nothing changed the page since `seen` was read (see the module doc).
@@ -204,92 +229,94 @@ impl<A: Word> StateWord<'_, A> {
     /// Takes shared mode if the page is still as `seen` (waits only while it has the most
     /// shared holders a word can count).
     pub(crate) fn upgrade_shared(&self, seen: u64) -> bool {
-        let mut wait: Option<Wait> = None;
-        loop {
-            let w = self.word.load(Acquire);
-            if version(w) != version(seen) || !readable(w) {
-                return false;
+        self.acquire(|w| {
+            if changed(w, seen) {
+                return Step::Done(false);
             }
-            let s = state(w);
-            if s == MAX_SHARED + 1 {
-                self.wait(&mut wait, |w| state(w) == MAX_SHARED + 1);
-                continue;
+            match self.try_share(w) {
+                None => Step::Wait(full),
+                Some(true) => Step::Done(true),
+                Some(false) => Step::Retry,
             }
-            let next = if unlatched(w) { UNLOCKED + 1 } else { s + 1 };
-            if self.word.compare_exchange_weak(w, with(w, next, w), Acquire, Relaxed).is_ok() {
-                if let Some(wait) = wait {
-                    wait.done();
-                }
-                return true;
-            }
-        }
+        })
     }
 
     /// Takes exclusive mode if the page is still as `seen` (waits for shared holders).
     pub(crate) fn upgrade_exclusive(&self, seen: u64) -> bool {
-        let mut wait: Option<Wait> = None;
-        loop {
-            let w = self.word.load(Acquire);
-            if version(w) != version(seen) || !readable(w) {
-                return false;
+        self.acquire(|w| {
+            if changed(w, seen) {
+                Step::Done(false)
+            } else if !unlatched(w) {
+                Step::Wait(shared)
+            } else if self.try_lock(w) {
+                Step::Done(true)
+            } else {
+                Step::Retry
             }
-            if !unlatched(w) {
-                self.wait(&mut wait, |w| (UNLOCKED + 1..=MAX_SHARED + 1).contains(&state(w)));
-                continue;
-            }
-            if self.word.compare_exchange_weak(w, with(w, LOCKED, w), Acquire, Relaxed).is_ok() {
-                fence(Release);
-                if let Some(wait) = wait {
-                    wait.done();
-                }
-                return true;
-            }
-        }
+        })
     }
 
     /// Takes shared mode, waiting as needed; `Err` if the page is not resident.
     pub(crate) fn lock_shared(&self) -> Result<(), Absent> {
-        let mut wait: Option<Wait> = None;
-        loop {
-            let w = self.word.load(Acquire);
-            match state(w) {
-                FREE => return Err(Absent::Free),
-                EVICTED => return Err(Absent::Evicted),
-                LOCKED | LOADING => self.wait(&mut wait, |w| matches!(state(w), LOCKED | LOADING)),
-                s if s == MAX_SHARED + 1 => self.wait(&mut wait, |w| state(w) == MAX_SHARED + 1),
-                s => {
-                    let next = if unlatched(w) { UNLOCKED + 1 } else { s + 1 };
-                    if self.word.compare_exchange_weak(w, with(w, next, w), Acquire, Relaxed).is_ok() {
-                        if let Some(wait) = wait {
-                            wait.done();
-                        }
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        self.acquire(|w| match state(w) {
+            FREE => Step::Done(Err(Absent::Free)),
+            EVICTED => Step::Done(Err(Absent::Evicted)),
+            LOCKED | LOADING => Step::Wait(held),
+            _ => match self.try_share(w) {
+                None => Step::Wait(full),
+                Some(true) => Step::Done(Ok(())),
+                Some(false) => Step::Retry,
+            },
+        })
     }
 
     /// Takes exclusive mode, waiting as needed; `Err` if the page is not resident.
     pub(crate) fn lock_exclusive(&self) -> Result<(), Absent> {
+        self.acquire(|w| match state(w) {
+            FREE => Step::Done(Err(Absent::Free)),
+            EVICTED => Step::Done(Err(Absent::Evicted)),
+            UNLOCKED | MARKED if self.try_lock(w) => Step::Done(Ok(())),
+            UNLOCKED | MARKED => Step::Retry,
+            _ => Step::Wait(latched),
+        })
+    }
+
+    /// Runs `step` on fresh loads of the word until it is done, waiting (spin, then park)
+    /// while it says so.
+    fn acquire<R>(&self, mut step: impl FnMut(u64) -> Step<R>) -> R {
         let mut wait: Option<Wait> = None;
         loop {
-            let w = self.word.load(Acquire);
-            match state(w) {
-                FREE => return Err(Absent::Free),
-                EVICTED => return Err(Absent::Evicted),
-                UNLOCKED | MARKED => {
-                    if self.word.compare_exchange_weak(w, with(w, LOCKED, w), Acquire, Relaxed).is_ok() {
-                        fence(Release);
-                        if let Some(wait) = wait {
-                            wait.done();
-                        }
-                        return Ok(());
+            match step(self.word.load(Acquire)) {
+                Step::Done(r) => {
+                    if let Some(wait) = wait {
+                        wait.done();
                     }
+                    return r;
                 }
-                _ => self.wait(&mut wait, |w| !matches!(state(w), UNLOCKED | MARKED | FREE | EVICTED)),
+                Step::Retry => {}
+                Step::Wait(blocked) => self.wait(&mut wait, blocked),
             }
         }
+    }
+
+    /// One CAS taking shared mode on `w` (no holder → one, n → n + 1): `None` if `w` has the
+    /// most holders a word counts, else whether the CAS won.
+    fn try_share(&self, w: u64) -> Option<bool> {
+        let s = state(w);
+        if s == MAX_SHARED + 1 {
+            return None;
+        }
+        let next = if unlatched(w) { UNLOCKED + 1 } else { s + 1 };
+        Some(self.word.compare_exchange_weak(w, with(w, next, w), Acquire, Relaxed).is_ok())
+    }
+
+    /// One CAS taking exclusive mode on the unlatched `w`, then the seqlock's release fence.
+    fn try_lock(&self, w: u64) -> bool {
+        let locked = self.word.compare_exchange_weak(w, with(w, LOCKED, w), Acquire, Relaxed).is_ok();
+        if locked {
+            fence(Release);
+        }
+        locked
     }
 
     /// Leaves shared mode.
@@ -394,13 +421,7 @@ impl<A: Word> StateWord<'_, A> {
 
     /// Waits until the page is no longer LOADING (another thread's fault-in).
     pub(crate) fn wait_loaded(&self) {
-        let mut wait: Option<Wait> = None;
-        while state(self.word.load(Acquire)) == LOADING {
-            self.wait(&mut wait, |w| state(w) == LOADING);
-        }
-        if let Some(wait) = wait {
-            wait.done();
-        }
+        self.acquire(|w| if state(w) == LOADING { Step::Wait(|w| state(w) == LOADING) } else { Step::Done(()) })
     }
 
     /// Claims the write-back of a resident, dirty page not held exclusively and not already

@@ -26,6 +26,17 @@ fn holds(page: &Page, tag: u64) -> bool {
     (0..PAGE / 8).all(|i| page.word(i) == tag ^ i as u64)
 }
 
+/// `n` new pages, page `t` filled with tag `t`.
+fn filled(pool: &Pool, n: u64) -> Vec<u32> {
+    (0..n)
+        .map(|t| {
+            let (pid, x) = pool.alloc(Kind::Leaf).unwrap();
+            fill(x.page(), t);
+            pid
+        })
+        .collect()
+}
+
 /// Reads page `pid` the way the tree does: optimistic, faulting in when evicted.
 fn read(pool: &Pool, pid: u32) -> crate::Result<u64> {
     loop {
@@ -86,13 +97,7 @@ fn freed_pages_are_reused_and_the_free_tail_is_cut() {
 #[test]
 fn a_damaged_block_is_an_error_naming_the_file_offset_and_page() {
     let (dir, pool) = pool_with(Arc::new(StdFs), MIN_FRAMES);
-    let pids: Vec<u32> = (0..200)
-        .map(|t| {
-            let (pid, x) = pool.alloc(Kind::Leaf).unwrap();
-            fill(x.page(), t);
-            pid
-        })
-        .collect();
+    let pids = filled(&pool, 200);
     // Page 0 was evicted long ago; flip a byte of its block.
     assert_eq!(pool.optimistic(pids[0]).err(), Some(Miss::Evicted));
     let path = dir.path().join("pages");
@@ -117,13 +122,7 @@ fn an_io_error_on_a_page_read_is_reported_and_the_page_stays_readable_after() {
     let fs = FaultFs::new();
     let faults = fs.faults.clone();
     let (_dir, pool) = pool_with(Arc::new(fs), MIN_FRAMES);
-    let pids: Vec<u32> = (0..200)
-        .map(|t| {
-            let (pid, x) = pool.alloc(Kind::Leaf).unwrap();
-            fill(x.page(), t);
-            pid
-        })
-        .collect();
+    let pids = filled(&pool, 200);
     faults.fail_reads.store(true, std::sync::atomic::Ordering::Relaxed);
     match pool.fault_in(pids[0]) {
         Err(crate::Error::Io { what, .. }) => assert!(what.contains("reading page 0"), "{what}"),
