@@ -228,7 +228,7 @@ impl Pool {
     }
 
     /// Writes back every dirty page (tests for now; checkpoints later).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn flush(&self) -> Result<()> {
         if self.file.is_none() {
             return Ok(());
