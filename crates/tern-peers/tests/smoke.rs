@@ -166,10 +166,10 @@ fn every_engine_opens_at_every_durability_level_on_disk() {
 }
 
 #[test]
-fn durability_none_keeps_tern_in_memory() {
+fn durability_none_gives_tern_no_directory_and_no_log() {
     let e = engine("tern");
     assert!(e.wal_stats().is_none());
-    assert!(e.config().contains("durability none: in memory"), "{}", e.config());
+    assert!(e.config().contains("durability none: no directory"), "{}", e.config());
 }
 
 #[test]
