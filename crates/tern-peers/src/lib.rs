@@ -197,11 +197,21 @@ pub struct OpenOptions {
     pub durability: Durability,
     /// Where the engine's data directory is created (see [`OpenOptions::parent_dir`]).
     pub dir: Option<PathBuf>,
+    /// tern's page size in bytes (`Options::tree.page_size`); `None`: tern's default (16 KiB).
+    /// The peers keep theirs.
+    pub tern_page_size: Option<usize>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { cache_bytes: None, data_bytes: 0, sessions: 4, durability: Durability::None, dir: None }
+        OpenOptions {
+            cache_bytes: None,
+            data_bytes: 0,
+            sessions: 4,
+            durability: Durability::None,
+            dir: None,
+            tern_page_size: None,
+        }
     }
 }
 

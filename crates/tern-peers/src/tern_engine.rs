@@ -32,10 +32,13 @@ impl TernEngine {
     /// the log's default file and checkpoint sizes and no checkpoint on close (the directory
     /// is thrown away).
     pub fn open_with(options: &OpenOptions) -> Result<TernEngine> {
-        let base = Options {
+        let mut base = Options {
             cache_bytes: options.cache_bytes.unwrap_or_else(Options::default_cache_bytes),
             ..Options::default()
         };
+        if let Some(page_size) = options.tern_page_size {
+            base.tree.page_size = page_size;
+        }
         let cache_given = options.cache_bytes.is_some();
         let durability = match options.durability {
             Durability::None => {

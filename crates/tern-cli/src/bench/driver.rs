@@ -127,6 +127,10 @@ pub struct DriverArgs {
     /// 64 MiB].
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
     pub cache: Option<u64>,
+    /// tern's page size: 4096 to 65536 bytes, a power of two (4KiB, 16KiB) [default: 16 KiB];
+    /// the peers keep their own.
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub tern_page_size: Option<u64>,
     /// Run each engine (its load and run phases) in a worker process of its own, placed in a
     /// memory cgroup with this limit (bytes, or 512MiB, 2GiB): the engine's heap and the OS page
     /// cache of its files both count. cgroup v2 if its memory controller is usable, else v1; the
@@ -211,6 +215,7 @@ impl DriverArgs {
             sessions: self.threads.iter().copied().max().unwrap_or(1).max(self.load_threads()) + 2,
             durability: self.durability(),
             dir: self.data_parent(),
+            tern_page_size: self.tern_page_size.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
         }
     }
 
