@@ -260,3 +260,13 @@ fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
         .collect();
     assert!(left.is_empty(), "cgroups left behind after the failure: {left:?}");
 }
+
+#[test]
+fn compare_opens_tern_with_the_page_size_asked_for() {
+    let base = ["bench", "compare", "--engine", "tern", "--workload", "c", "--threads", "1"];
+    let (ok, stdout, stderr) = tern(&[&base[..], &SMALL[..], &["--tern-page-size", "4KiB"]].concat());
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("tern 0.1.0: 4 KiB pages"), "{stdout}");
+    let (ok, _, stderr) = tern(&[&base[..], &SMALL[..], &["--tern-page-size", "3000"]].concat());
+    assert!(!ok && stderr.contains("page size must be a power of two from 4096 to 65536 bytes"), "{stderr}");
+}
