@@ -3,7 +3,7 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p tern --lib --release -- buffer::`.
 
 use super::state::{self, StateWord, EVICTED, UNLOCKED};
-use crate::sync::LatchClass;
+use crate::sync::{LatchClass, SpinConfig, SpinPolicy};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,19 +11,29 @@ use std::sync::atomic::Ordering::Relaxed;
 /// The bytes of the page as the file holds them; 0 stands for a frame's other contents.
 const ON_DISK: u64 = 42;
 
-fn word(w: &AtomicU64) -> StateWord<'_, AtomicU64> {
-    StateWord { word: w, class: LatchClass::DEFAULT }
+/// A latch class of its own with a fixed spin policy: the default class's policy can be
+/// changed by other tests in the process, and an adaptive one reads the clock, either of which
+/// would make the model's schedules differ between its executions.
+fn class() -> LatchClass {
+    let class = LatchClass::register("loom.buffer.page").unwrap();
+    class.set_config(SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 2, first_pauses: 1, max_pauses: 1 }).unwrap();
+    class
+}
+
+fn word(w: &AtomicU64, class: LatchClass) -> StateWord<'_, AtomicU64> {
+    StateWord { word: w, class }
 }
 
 #[test]
 fn fault_in_reader_and_evictor_never_show_a_reader_the_wrong_bytes() {
-    loom::model(|| {
+    let class = class();
+    loom::model(move || {
         // The page starts on disk; its frame slot holds something else.
         let page = Arc::new((AtomicU64::new((u64::from(EVICTED)) << 56), AtomicU64::new(0)));
         let loader = {
             let page = page.clone();
             loom::thread::spawn(move || {
-                let w = word(&page.0);
+                let w = word(&page.0, class);
                 if w.try_begin_load() {
                     page.1.store(ON_DISK, Relaxed);
                     w.release(UNLOCKED, false);
@@ -33,7 +43,7 @@ fn fault_in_reader_and_evictor_never_show_a_reader_the_wrong_bytes() {
         let evictor = {
             let page = page.clone();
             loom::thread::spawn(move || {
-                let w = word(&page.0);
+                let w = word(&page.0, class);
                 let seen = w.load();
                 if w.try_mark(seen) && w.try_lock_for_eviction(w.load()) {
                     // The frame goes to another page, which overwrites it.
@@ -42,7 +52,7 @@ fn fault_in_reader_and_evictor_never_show_a_reader_the_wrong_bytes() {
                 }
             })
         };
-        let w = word(&page.0);
+        let w = word(&page.0, class);
         for _ in 0..2 {
             if let Ok(seen) = w.optimistic() {
                 let bytes = page.1.load(Relaxed);
@@ -63,19 +73,20 @@ fn fault_in_reader_and_evictor_never_show_a_reader_the_wrong_bytes() {
 
 #[test]
 fn an_exclusive_writer_is_never_seen_half_done() {
-    loom::model(|| {
+    let class = class();
+    loom::model(move || {
         let page = Arc::new((AtomicU64::new(u64::from(UNLOCKED) << 56), AtomicU64::new(1), AtomicU64::new(1)));
         let writer = {
             let page = page.clone();
             loom::thread::spawn(move || {
-                let w = word(&page.0);
+                let w = word(&page.0, class);
                 w.lock_exclusive().unwrap();
                 page.1.store(2, Relaxed);
                 page.2.store(2, Relaxed);
                 w.release(UNLOCKED, true);
             })
         };
-        let w = word(&page.0);
+        let w = word(&page.0, class);
         if let Ok(seen) = w.optimistic() {
             let (a, b) = (page.1.load(Relaxed), page.2.load(Relaxed));
             if w.validate(seen) {
