@@ -387,3 +387,21 @@ fn bulk_load_rejects_unsorted_and_bad_input() {
     let empty_key = [(&b""[..], &b"1"[..])];
     assert!(matches!(BTree::bulk_load(config, empty_key), Err(Error::KeyEmpty)));
 }
+
+#[test]
+fn free_all_gives_every_page_of_a_tree_back_to_a_shared_pool() {
+    let (_dir, keep) = evicting_tree((Layout::BranchFree, true), 4096);
+    let pool = keep.pool().clone();
+    let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
+    let t = BTree::with_pool(config, pool.clone()).unwrap();
+    let big = vec![7u8; 20_000];
+    for i in 0..3000u32 {
+        t.insert(&i.to_be_bytes(), if i % 100 == 0 { &big } else { b"small value" }).unwrap();
+    }
+    let before = pool.live_pages();
+    assert!(t.stats().pages > 50 && pool.stats().evictions > 0, "{:?}", pool.stats());
+    assert_eq!(before, keep.stats().pages + t.stats().pages);
+    t.free_all();
+    assert_eq!(pool.live_pages(), keep.stats().pages, "nodes and overflow pages, resident or evicted, are freed");
+    keep.check().unwrap();
+}

@@ -40,12 +40,13 @@ impl<'p> PageRef<'p> {
     /// `Ok` iff nothing changed the page (or moved it) since the read began.
     #[inline]
     pub(crate) fn validate(&self) -> Result<(), Restart> {
-        let ok = self.state().validate(self.seen);
-        add(self.state().class, Counter::Optimistic, 1);
+        let word = self.state();
+        let ok = word.validate(self.seen);
+        add(word.class, Counter::Optimistic, 1);
         if ok {
             Ok(())
         } else {
-            add(self.state().class, Counter::Restarts, 1);
+            add(word.class, Counter::Restarts, 1);
             Err(Restart)
         }
     }

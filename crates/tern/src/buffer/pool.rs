@@ -71,12 +71,10 @@ const META_KIND_SHIFT: u32 = 40;
 
 /// Page ids in use and free.
 struct Ids {
-    /// Ids below this have been handed out; the page file is at most this many pages long.
+    /// Ids below this have been handed out.
     next: u32,
     /// Freed ids, lowest first (reuse keeps the file dense).
     free: BTreeSet<u32>,
-    /// The page file's length in pages (it is cut when the free tail is large).
-    file_pages: u32,
 }
 
 /// Frames not holding a page, and the arena new ones come from.
@@ -110,6 +108,9 @@ pub struct Pool {
     /// Frame index → block, for the clock; `frame_count` entries are set.
     pub(crate) registry: Segmented<AtomicPtr<u8>>,
     pub(crate) frame_count: AtomicU32,
+    /// The page file's length in pages: raised by each write past it (no lock on the
+    /// write-back path), lowered only under the id lock when the free tail is cut.
+    file_pages: AtomicU32,
     /// Frames on the free list.
     pub(crate) free_frames: AtomicUsize,
     /// Most frames (`usize::MAX`: unbounded).
@@ -154,7 +155,8 @@ impl Pool {
             class: *PAGE_CLASS,
             table: Segmented::new(),
             meta: Segmented::new(),
-            ids: StdMutex::new(Ids { next: 0, free: BTreeSet::new(), file_pages: 0 }),
+            ids: StdMutex::new(Ids { next: 0, free: BTreeSet::new() }),
+            file_pages: AtomicU32::new(0),
             frames: StdMutex::new(FrameList {
                 arena: Arena::new(config.page_size, config.huge_pages),
                 free: Vec::new(),
@@ -226,28 +228,23 @@ impl Pool {
     /// Page `pid` in shared mode, faulted in if needed; `None` if no page has that id (a
     /// stale id: the caller restarts).
     pub(crate) fn shared(&self, pid: u32) -> Result<Option<SharedPage<'_>>> {
-        let Some(entry) = self.table.get(pid) else { return Ok(None) };
-        loop {
-            match self.state_word(entry).lock_shared() {
-                Ok(()) => {
-                    let frame = self.frame_of(entry).expect("a resident page has a frame");
-                    return Ok(Some(SharedPage::new(&frame.page, &entry.word, self.class)));
-                }
-                Err(Absent::Evicted) => self.fault_in(pid)?,
-                Err(Absent::Free) => return Ok(None),
-            }
-        }
+        let latched = self.latch(pid, |w| w.lock_shared())?;
+        Ok(latched.map(|(entry, frame)| SharedPage::new(&frame.page, &entry.word, self.class)))
     }
 
     /// Page `pid` in exclusive mode, faulted in if needed; `None` if no page has that id.
     pub(crate) fn exclusive(&self, pid: u32) -> Result<Option<ExclusivePage<'_>>> {
+        let latched = self.latch(pid, |w| w.lock_exclusive())?;
+        Ok(latched.map(|(entry, frame)| ExclusivePage::new(self, pid, &frame.page, &entry.word)))
+    }
+
+    /// Latches page `pid` with `lock`, faulting it in while it is on disk; its entry and
+    /// frame, or `None` if no page has the id.
+    fn latch(&self, pid: u32, lock: fn(&StateWord<'_>) -> Result<(), Absent>) -> Result<Option<(&Entry, &Frame)>> {
         let Some(entry) = self.table.get(pid) else { return Ok(None) };
         loop {
-            match self.state_word(entry).lock_exclusive() {
-                Ok(()) => {
-                    let frame = self.frame_of(entry).expect("a resident page has a frame");
-                    return Ok(Some(ExclusivePage::new(self, pid, &frame.page, &entry.word)));
-                }
+            match lock(&self.state_word(entry)) {
+                Ok(()) => return Ok(Some((entry, self.frame_of(entry).expect("a resident page has a frame")))),
                 Err(Absent::Evicted) => self.fault_in(pid)?,
                 Err(Absent::Free) => return Ok(None),
             }
@@ -375,17 +372,18 @@ impl Pool {
             ids.free.pop_last();
             ids.next -= 1;
         }
-        self.trim_file(&mut ids);
+        self.trim_file(&ids);
     }
 
     /// Cuts the page file when a quarter of it, and at least 1 MiB, lies past the last page in
     /// use (under the id lock: no page past the cut can be allocated meanwhile).
-    fn trim_file(&self, ids: &mut Ids) {
+    fn trim_file(&self, ids: &Ids) {
         let Some(file) = &self.file else { return };
-        let spare = ids.file_pages.saturating_sub(ids.next) as usize * self.page_size;
-        let worth = spare >= 1 << 20 && spare >= ids.file_pages as usize * self.page_size / 4;
+        let file_pages = self.file_pages.load(Relaxed);
+        let spare = file_pages.saturating_sub(ids.next) as usize * self.page_size;
+        let worth = spare >= 1 << 20 && spare >= file_pages as usize * self.page_size / 4;
         if worth && file.set_pages(ids.next).is_ok() {
-            ids.file_pages = ids.next;
+            self.file_pages.store(ids.next, Relaxed);
             self.counters.truncations.fetch_add(1, Relaxed);
         }
     }
@@ -396,8 +394,7 @@ impl Pool {
             let kind = meta.load(Relaxed) & !(META_WRITTEN | 0xffff_ffff);
             meta.store(kind | META_WRITTEN | u64::from(crc), Relaxed);
         }
-        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
-        ids.file_pages = ids.file_pages.max(pid + 1);
+        self.file_pages.fetch_max(pid + 1, Relaxed);
     }
 
     /// Pages allocated and not freed.
@@ -454,9 +451,7 @@ impl Pool {
 
     /// The pool's counters.
     pub fn stats(&self) -> BufferStats {
-        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
-        let file_pages = u64::from(ids.file_pages);
-        drop(ids);
+        let file_pages = u64::from(self.file_pages.load(Relaxed));
         let frames = self.frame_count.load(Relaxed) as u64;
         let free = self.free_frames.load(Relaxed) as u64;
         self.counters.snapshot(

@@ -15,6 +15,14 @@ fn pool_with(fs: Arc<dyn Fs>, frames: usize) -> (tempfile::TempDir, Arc<Pool>) {
     (dir, pool)
 }
 
+/// A pool of the fewest frames over a file system that injects faults when told to.
+fn faulty_pool() -> (tempfile::TempDir, Arc<Pool>, Arc<crate::fs::Faults>) {
+    let fs = FaultFs::new();
+    let faults = fs.faults.clone();
+    let (dir, pool) = pool_with(Arc::new(fs), MIN_FRAMES);
+    (dir, pool, faults)
+}
+
 /// Writes `tag` into every word of a page.
 fn fill(page: &Page, tag: u64) {
     for i in 0..PAGE / 8 {
@@ -119,9 +127,7 @@ fn a_damaged_block_is_an_error_naming_the_file_offset_and_page() {
 
 #[test]
 fn an_io_error_on_a_page_read_is_reported_and_the_page_stays_readable_after() {
-    let fs = FaultFs::new();
-    let faults = fs.faults.clone();
-    let (_dir, pool) = pool_with(Arc::new(fs), MIN_FRAMES);
+    let (_dir, pool, faults) = faulty_pool();
     let pids = filled(&pool, 200);
     faults.fail_reads.store(true, std::sync::atomic::Ordering::Relaxed);
     match pool.fault_in(pids[0]) {
@@ -134,9 +140,7 @@ fn an_io_error_on_a_page_read_is_reported_and_the_page_stays_readable_after() {
 
 #[test]
 fn a_write_error_fails_the_eviction_that_needed_it_without_losing_the_page() {
-    let fs = FaultFs::new();
-    let faults = fs.faults.clone();
-    let (_dir, pool) = pool_with(Arc::new(fs), MIN_FRAMES);
+    let (_dir, pool, faults) = faulty_pool();
     let mut pids = Vec::new();
     faults.fail_writes.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut failed = false;
