@@ -21,6 +21,7 @@
 //!   array (branchy or branch-free binary search), or a per-node search array in Eytzinger or
 //!   B-tree order, with a software-prefetch pipeline of depth 0, 1 or 2, changeable at run time.
 //! * Large values live in overflow pages (`overflow.rs`).
+//! * Sorted batches of writes (log replay) are applied leaf by leaf (`batch.rs`).
 //!
 //! # Invariants
 //! 1. **Key order.** Within a node, slots are strictly increasing by key; a node's keys lie in
@@ -49,6 +50,7 @@
 //! while the pool lives and every free, eviction and load bumps the page's version, so a reader
 //! holding a stale page id or frame reads valid (if meaningless) memory and fails validation.
 
+mod batch;
 mod bulk;
 mod cursor;
 mod node;

@@ -222,6 +222,11 @@ impl BTree {
     ) {
         if existed {
             self.free_value(n, slot, guard);
+            // A value no longer than the one it replaces overwrites it where it is.
+            if value.len() <= n.value_ref(slot).len {
+                n.set_value_in_place(slot, value, value.len(), flags);
+                return;
+            }
         }
         if n.fits_in_place(key.len(), value.len(), self.layout) {
             if existed {

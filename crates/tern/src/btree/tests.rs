@@ -138,6 +138,66 @@ proptest! {
     }
 }
 
+/// Writes: a value to put, or `None` to delete.
+type WriteBatch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// A tree holding `before`, then the batches of `batches` applied with `apply_sorted` (each
+/// sorted and deduplicated, the last write of a key kept), against a map given the same writes.
+fn apply_sorted_against_model(
+    t: &BTree,
+    before: &[(Vec<u8>, Vec<u8>)],
+    batches: &[WriteBatch],
+) -> Result<(), TestCaseError> {
+    let mut model = BTreeMap::new();
+    for (k, v) in before {
+        t.upsert(k, v).unwrap();
+        model.insert(k.clone(), v.clone());
+    }
+    for batch in batches {
+        let mut last: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for (k, v) in batch {
+            last.insert(k, v.as_deref());
+            match v {
+                Some(v) => model.insert(k.clone(), v.clone()),
+                None => model.remove(k),
+            };
+        }
+        t.apply_sorted(&mut last.into_iter().peekable()).unwrap();
+        t.check().map_err(TestCaseError::fail)?;
+    }
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = t.range(..).collect();
+    prop_assert_eq!(got, model);
+    Ok(())
+}
+
+fn write_batches() -> impl Strategy<Value = Vec<WriteBatch>> {
+    let write = (key(), proptest::option::weighted(0.8, value()));
+    proptest::collection::vec(proptest::collection::vec(write, 0..300), 1..4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Sorted batches applied leaf by leaf leave what the same writes made one by one leave.
+    #[test]
+    fn sorted_batches_match_model(
+        shape in 0usize..SHAPES.len(),
+        before in proptest::collection::vec((key(), value()), 0..300),
+        batches in write_batches(),
+    ) {
+        apply_sorted_against_model(&tree(SHAPES[shape], 4096), &before, &batches)?;
+    }
+
+    #[test]
+    fn sorted_batches_match_model_with_pages_evicted_all_the_time(
+        before in proptest::collection::vec((key(), value()), 0..200),
+        batches in write_batches(),
+    ) {
+        let (_dir, t) = evicting_tree(SHAPES[3], 4096);
+        apply_sorted_against_model(&t, &before, &batches)?;
+    }
+}
+
 #[test]
 fn grows_and_shrinks_through_splits_and_merges_in_every_layout() {
     for layout in SHAPES {

@@ -499,9 +499,9 @@ impl BTree {
             let first = overflow::write(self, value)?;
             let mut r = first.to_le_bytes().to_vec();
             r.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            (r, FLAG_OVERFLOW)
+            (std::borrow::Cow::Owned(r), FLAG_OVERFLOW)
         } else {
-            (value.to_vec(), 0)
+            (std::borrow::Cow::Borrowed(value), 0)
         };
         loop {
             match self.try_put(key, &stored, flags, mode, &guard) {

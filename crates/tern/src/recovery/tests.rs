@@ -1,0 +1,133 @@
+//! Replay against a model: whatever the batch size, the trees end as applying every record in
+//! log order would leave them.
+
+use super::replay::replay;
+use crate::btree::{BTree, TreeConfig};
+use crate::buffer::Pool;
+use crate::wal::record::{Op, Record};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+/// One log record, owned: a commit of `(table, key, value or delete)`, or a table's creation.
+#[derive(Clone, Debug)]
+enum Rec {
+    Commit(u64, Vec<(u32, Vec<u8>, Option<Vec<u8>>)>),
+    Create(u32, String),
+}
+
+fn as_record(r: &Rec) -> Record<'_> {
+    match r {
+        Rec::Commit(ts, ops) => Record::Commit {
+            ts: *ts,
+            ops: ops.iter().map(|(table, key, value)| Op { table: *table, key, value: value.as_deref() }).collect(),
+        },
+        Rec::Create(id, name) => Record::CreateTable { ts: 0, id: *id, name },
+    }
+}
+
+/// Keys from a small alphabet (collisions and shared 8-byte heads are common), values that
+/// say which write they are.
+fn log() -> impl Strategy<Value = Vec<Rec>> {
+    let op = (0u32..3, proptest::collection::vec(0u8..3, 1..20), any::<bool>(), 0usize..40);
+    proptest::collection::vec((proptest::collection::vec(op, 1..6), 0u8..8), 1..80).prop_map(|commits| {
+        let mut tables = 1u32;
+        let mut log = Vec::new();
+        for (i, (ops, create)) in commits.into_iter().enumerate() {
+            if create == 0 && tables < 3 {
+                log.push(Rec::Create(tables, format!("t{tables}")));
+                tables += 1;
+            }
+            let ops = ops
+                .into_iter()
+                .map(|(t, key, put, len)| {
+                    let value = put.then(|| format!("{i}:{}", "v".repeat(len)).into_bytes());
+                    (t % tables, key, value)
+                })
+                .collect();
+            log.push(Rec::Commit(i as u64 + 10, ops));
+        }
+        log
+    })
+}
+
+fn replayed(log: &[Rec], snapshot: u64, batch_bytes: usize) -> Vec<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
+    let pool = Pool::memory(config.page_size, false);
+    let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
+    replay(&mut tables, snapshot, config, &pool, batch_bytes, |replay| {
+        for r in log {
+            replay.record(as_record(r)).unwrap();
+        }
+        Ok(())
+    })
+    .unwrap();
+    tables.iter().map(|(_, _, tree)| tree.range(..).collect()).collect()
+}
+
+fn model(log: &[Rec], snapshot: u64) -> Vec<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let mut tables = vec![BTreeMap::new()];
+    for r in log {
+        match r {
+            Rec::Create(..) => tables.push(BTreeMap::new()),
+            Rec::Commit(ts, _) if *ts <= snapshot => {}
+            Rec::Commit(_, ops) => {
+                for (table, key, value) in ops {
+                    let t: &mut BTreeMap<Vec<u8>, Vec<u8>> = &mut tables[*table as usize];
+                    match value {
+                        Some(v) => t.insert(key.clone(), v.clone()),
+                        None => t.remove(key),
+                    };
+                }
+            }
+        }
+    }
+    tables
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sorted_batches_leave_what_log_order_leaves(log in log(), batch in prop_oneof![Just(1usize), 1usize..400, Just(1 << 20)], snapshot in 0u64..40) {
+        prop_assert_eq!(replayed(&log, snapshot, batch), model(&log, snapshot));
+    }
+}
+
+#[test]
+fn a_write_to_a_table_that_does_not_exist_names_it() {
+    let log = [Rec::Commit(1, vec![(2, b"k".to_vec(), None)])];
+    let config = TreeConfig::DEFAULT;
+    let pool = Pool::memory(config.page_size, false);
+    let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
+    let err = replay(&mut tables, 0, config, &pool, 1 << 20, |replay| Ok(replay.record(as_record(&log[0])))).unwrap();
+    assert!(err.unwrap_err().contains("table 2, which does not exist"));
+}
+
+/// A tree's error stops the replay and comes back typed, whether the write was batched (the
+/// applier thread fails) or applied alone (the scanning thread does), and the scan is stopped.
+#[test]
+fn a_tree_error_while_applying_is_returned_as_it_is() {
+    for batch_bytes in [1, 1 << 20] {
+        let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
+        let pool = Pool::memory(config.page_size, false);
+        let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
+        let too_long = vec![7u8; 4096];
+        let log =
+            [Rec::Commit(1, vec![(0, too_long, Some(b"v".to_vec()))]), Rec::Commit(2, vec![(0, b"k".to_vec(), None)])];
+        let mut refused = 0;
+        let err = replay(&mut tables, 0, config, &pool, batch_bytes, |replay| {
+            for _ in 0..1000 {
+                for r in &log {
+                    if replay.record(as_record(r)).is_err() {
+                        refused += 1;
+                        return Err(crate::Error::InvalidArgument("the scan stopped".into()));
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(matches!(err, crate::Error::KeyTooLarge { .. }), "batch {batch_bytes}: {err:?}");
+        assert_eq!(refused, 1, "batch {batch_bytes}: the scan is told to stop");
+    }
+}
