@@ -147,11 +147,16 @@ impl Session for TernSession<'_> {
     fn scan(&mut self, start: &[u8], count: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
         let t = self.db.begin_read().map_err(failed)?;
         let mut seen = 0;
-        for (k, v) in t.range(start..).map_err(failed)?.take(count) {
+        let mut range = t.range(start..).map_err(failed)?;
+        for (k, v) in range.by_ref().take(count) {
             visit(&k, &v);
             seen += 1;
         }
-        Ok(seen)
+        // A page that could not be read ends the range early; that is a failure, not its end.
+        match range.take_error() {
+            Some(e) => Err(failed(e)),
+            None => Ok(seen),
+        }
     }
 
     fn begin(&mut self) -> Result<()> {

@@ -612,8 +612,15 @@ impl DbInner {
             let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
             for table in tables {
                 w.table(table.id, &table.name)?;
-                for (key, value) in txn.range_in(&Table { inner: table }, ..)? {
+                let table = Table { inner: table };
+                let mut entries = txn.range_in(&table, ..)?;
+                for (key, value) in &mut entries {
                     w.entry(&key, &value)?;
+                }
+                // A page that could not be read ends the scan early: that checkpoint would
+                // lack the rest of the table, and the log that holds it would be dropped.
+                if let Some(e) = entries.take_error() {
+                    return Err(e);
                 }
             }
             let written = w.finish()?;

@@ -536,3 +536,36 @@ fn a_damaged_page_in_the_page_file_is_an_error_never_wrong_data() {
     assert!(seen.iter().all(|(k, v)| v == &vec![k[3]; 100]));
     assert!(matches!(range.error(), Some(Error::Corruption { .. })), "the scan reports the damage");
 }
+
+/// A checkpoint that cannot read a page (EIO on the page file) fails; it never writes a
+/// checkpoint that stops where the read failed and then drops the log that held the rest.
+#[test]
+fn a_checkpoint_that_cannot_read_a_page_fails_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let faulty_options = Options {
+        cache_bytes: 0,
+        tree: tern::btree::TreeConfig { page_size: 4096, ..Default::default() },
+        wal: WalConfig { checkpoint_bytes: u64::MAX, checkpoint_on_close: false, ..WalConfig::default() },
+        ..options()
+    };
+    {
+        let (db, fs) = faulty(dir.path(), faulty_options);
+        let mut txn = db.begin().unwrap();
+        for i in 0..5000u32 {
+            txn.put(&i.to_be_bytes(), &[i as u8; 100]).unwrap();
+        }
+        txn.commit().unwrap();
+        assert!(db.stats().buffer.evictions > 0, "most pages are on disk only");
+        fs.faults.fail_reads.store(true, Relaxed);
+        let err = db.checkpoint().unwrap_err();
+        assert!(err.to_string().contains("injected EIO"), "{err}");
+        fs.faults.fail_reads.store(false, Relaxed);
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), options()).unwrap();
+    let read = db.begin_read().unwrap();
+    assert_eq!(read.range(..).unwrap().count(), 5000, "every committed key survives");
+    for i in (0..5000u32).step_by(97) {
+        assert_eq!(read.get(&i.to_be_bytes()).unwrap(), Some(vec![i as u8; 100]));
+    }
+}
