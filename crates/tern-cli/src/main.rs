@@ -1,5 +1,6 @@
 //! `tern`: the command-line interface and benchmark driver of the tern storage engine.
 
+mod backup;
 mod bench;
 mod check;
 
@@ -20,6 +21,9 @@ enum Command {
     /// Verify a database directory without changing it: checksums of the checkpoint and the
     /// log, the log's continuity, every record, every table's tree.
     Check(check::CheckCmd),
+    /// Copy a database directory (not open elsewhere) to a new directory, consistently: the
+    /// copy opens as a database of its own.
+    Backup(backup::BackupCmd),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(*cmd),
         Command::Check(cmd) => check::run(cmd),
+        Command::Backup(cmd) => backup::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -60,3 +60,35 @@ fn check_reports_tables_and_names_damage() {
     let (ok, _, stderr) = tern_cmd(&["check", "/nonexistent/tern-db"]);
     assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
 }
+
+#[test]
+fn backup_copies_a_database_that_checks_clean_and_refuses_bad_destinations() {
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("db");
+    make_db(&src);
+    let dst = root.path().join("copy");
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let (ok, stdout, stderr) = tern_cmd(&["backup", s, d]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("2 tables") && stdout.contains("400 entries"), "{stdout}");
+    let (ok, stdout, stderr) = tern_cmd(&["check", d, "--json"]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (report["tables"][0]["entries"].as_u64(), report["tables"][1]["entries"].as_u64()),
+        (Some(300), Some(100))
+    );
+
+    let (ok, _, stderr) = tern_cmd(&["backup", s, d]);
+    assert!(!ok && stderr.contains("exists"), "a backup goes to a new directory: {stderr}");
+    let (ok, _, stderr) = tern_cmd(&["backup", "/nonexistent/tern-db", root.path().join("x").to_str().unwrap()]);
+    assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
+    let db = Db::open(&src, Options::default()).unwrap();
+    let (ok, _, stderr) = tern_cmd(&["backup", s, root.path().join("y").to_str().unwrap()]);
+    assert!(!ok && stderr.contains("locked") && stderr.contains("Db::backup"), "{stderr}");
+    drop(db);
+    let (ok, stdout, _) = tern_cmd(&["backup", s, root.path().join("z").to_str().unwrap(), "--json"]);
+    assert!(ok);
+    let info: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(info["entries"], 400, "{info}");
+}

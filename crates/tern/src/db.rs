@@ -609,20 +609,7 @@ impl DbInner {
             d.wal.wait(lsn, true)?;
             let seq = newest.map_or(1, |s| s + 1);
             let mut w = checkpoint::Writer::create(d.fs.clone(), &d.dir, seq, txn.snapshot(), lsn)?;
-            let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
-            for table in tables {
-                w.table(table.id, &table.name)?;
-                let table = Table { inner: table };
-                let mut entries = txn.range_in(&table, ..)?;
-                for (key, value) in &mut entries {
-                    w.entry(&key, &value)?;
-                }
-                // A page that could not be read ends the scan early: that checkpoint would
-                // lack the rest of the table, and the log that holds it would be dropped.
-                if let Some(e) = entries.take_error() {
-                    return Err(e);
-                }
-            }
+            self.write_tables(&txn, &mut w)?;
             let written = w.finish()?;
             let snapshot = txn.snapshot();
             drop(txn);
@@ -645,6 +632,34 @@ impl DbInner {
             d.wal.checkpoint_done(None)?;
         }
         result
+    }
+
+    /// Writes every table as `txn` sees it to checkpoint `w` (checkpoints and backups); returns
+    /// how many tables.
+    pub(crate) fn write_tables(&self, txn: &Txn<'_>, w: &mut checkpoint::Writer) -> Result<usize> {
+        let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
+        for table in &tables {
+            w.table(table.id, &table.name)?;
+            let table = Table { inner: table.clone() };
+            let mut entries = txn.range_in(&table, ..)?;
+            for (key, value) in &mut entries {
+                w.entry(&key, &value)?;
+            }
+            // A page that could not be read ends the scan early: such a checkpoint would lack
+            // the rest of the table (and the log that holds it would be dropped).
+            if let Some(e) = entries.take_error() {
+                return Err(e);
+            }
+        }
+        Ok(tables.len())
+    }
+
+    /// The file system of a database on disk (the real one for a temporary database).
+    pub(crate) fn fs(&self) -> Arc<dyn Fs> {
+        match &self.durable {
+            Some(d) => d.fs.clone(),
+            None => Arc::new(StdFs),
+        }
     }
 
     /// Stops the checkpointer thread and waits for it (unless it is the caller).

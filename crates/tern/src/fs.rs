@@ -59,6 +59,8 @@ pub trait Fs: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes file `path`.
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Removes the empty directory `dir`.
+    fn remove_dir(&self, dir: &Path) -> io::Result<()>;
     /// Makes `dir`'s entries (files created, renamed, removed) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Creates `path` (truncating it if it exists) for positional reads and writes.
@@ -196,6 +198,10 @@ impl Fs for StdFs {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir(dir)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -422,6 +428,11 @@ impl Fs for FaultFs {
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.faults.step("remove")?;
         StdFs.remove(path)
+    }
+
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        self.faults.step("remove_dir")?;
+        StdFs.remove_dir(dir)
     }
 
     fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {

@@ -14,6 +14,7 @@
 //! * [`wal`]: the write-ahead log: commit records, group commit, log files.
 //! * [`checkpoint`]: checkpoint files (the database as of one snapshot).
 //! * [`recovery`]: opening a directory: lock, load the checkpoint, replay the log.
+//! * [`backup`]: hot backup, a consistent copy of a database made while it runs.
 //! * `settings`: what a database's stored data depends on (its page size), kept in the
 //!   database.
 //! * [`fs`]: the file-system trait every write goes through (and a faulty one for tests).
@@ -23,6 +24,7 @@
 //!
 //! Errors from every component are one type, [`Error`].
 
+pub mod backup;
 pub mod btree;
 pub mod buffer;
 pub mod checkpoint;
@@ -37,6 +39,7 @@ pub mod sync;
 pub mod txn;
 pub mod wal;
 
+pub use backup::BackupInfo;
 pub use db::{Db, DbStats, Options, Table, TxnTracking, MAX_TABLE_NAME};
 pub use error::{Error, Result};
 pub use recovery::RecoveryStats;

@@ -1,0 +1,46 @@
+//! `tern backup SRC DST`: a consistent copy of a database directory in a new directory.
+
+use std::path::PathBuf;
+
+/// Options of `tern backup`.
+#[derive(clap::Args, Debug)]
+pub struct BackupCmd {
+    /// The database directory to copy. It must not be open in another process (the
+    /// directory is locked while open): a running program backs up with `Db::backup`.
+    pub src: PathBuf,
+    /// The new directory the copy goes to (it must not exist; its parent must).
+    pub dst: PathBuf,
+    /// Print what was copied as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Opens `src` (recovering it as any open does), writes the copy, closes `src`.
+pub fn run(cmd: BackupCmd) -> Result<(), String> {
+    let src = cmd.src.display();
+    if !cmd.src.is_dir() {
+        return Err(format!("{src} is not a database directory"));
+    }
+    let db = tern::Db::open(&cmd.src, tern::Options::default()).map_err(|e| match e {
+        tern::Error::Locked { .. } => {
+            format!("{src}: {e} (close it, or back it up from the program that has it open with Db::backup)")
+        }
+        e => format!("{src}: {e}"),
+    })?;
+    let info = db.backup(&cmd.dst).map_err(|e| e.to_string())?;
+    db.close().map_err(|e| format!("{src}: closing: {e}"))?;
+    if cmd.json {
+        println!("{}", serde_json::to_string(&info).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "{src} -> {}: {} tables, {} entries, {} bytes, snapshot {}, {} ms",
+            info.path.display(),
+            info.tables,
+            info.entries,
+            info.bytes,
+            info.snapshot,
+            info.millis
+        );
+    }
+    Ok(())
+}
