@@ -233,6 +233,16 @@ fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "data directories are removed");
     // tern with its default cache (far above the limit) and more data than the limit: the
     // kernel ends the worker, and the run says so instead of reporting a rate.
+    let parent = std::path::Path::new(&group).parent().unwrap();
+    let bench_groups = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(parent)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("tern-bench-"))
+            .collect()
+    };
+    // Other benchmarks on this machine may have groups of their own: only new ones count.
+    let before = bench_groups();
     let (ok, _, stderr) = tern(&[
         "bench",
         "compare",
@@ -252,12 +262,7 @@ fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
         "1",
     ]);
     assert!(!ok && stderr.contains("OOM killer") && stderr.contains("--memory-limit 16 MiB"), "{stderr}");
-    let parent = std::path::Path::new(&group).parent().unwrap();
-    let left: Vec<_> = std::fs::read_dir(parent)
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("tern-bench-"))
-        .collect();
+    let left: Vec<_> = bench_groups().difference(&before).cloned().collect();
     assert!(left.is_empty(), "cgroups left behind after the failure: {left:?}");
 }
 
