@@ -15,20 +15,15 @@ pub struct BackupCmd {
     pub json: bool,
 }
 
-/// Opens `src` (recovering it as any open does), writes the copy, closes `src`.
+/// Copies `src` without writing to it (it is recovered read-only, as `tern check` does).
 pub fn run(cmd: BackupCmd) -> Result<(), String> {
     let src = cmd.src.display();
-    if !cmd.src.is_dir() {
-        return Err(format!("{src} is not a database directory"));
-    }
-    let db = tern::Db::open(&cmd.src, tern::Options::default()).map_err(|e| match e {
+    let info = tern::backup::backup_dir(&cmd.src, &cmd.dst).map_err(|e| match e {
         tern::Error::Locked { .. } => {
             format!("{src}: {e} (close it, or back it up from the program that has it open with Db::backup)")
         }
         e => format!("{src}: {e}"),
     })?;
-    let info = db.backup(&cmd.dst).map_err(|e| e.to_string())?;
-    db.close().map_err(|e| format!("{src}: closing: {e}"))?;
     if cmd.json {
         println!("{}", serde_json::to_string(&info).map_err(|e| e.to_string())?);
     } else {

@@ -68,8 +68,19 @@ fn backup_copies_a_database_that_checks_clean_and_refuses_bad_destinations() {
     make_db(&src);
     let dst = root.path().join("copy");
     let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let listing = |dir: &std::path::Path| -> Vec<(String, u64)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.file_name().into_string().unwrap(), e.metadata().unwrap().len()))
+            .collect();
+        files.sort();
+        files
+    };
+    let before = listing(&src);
     let (ok, stdout, stderr) = tern_cmd(&["backup", s, d]);
     assert!(ok, "{stderr}");
+    assert_eq!(listing(&src), before, "the source directory is not written");
     assert!(stdout.contains("2 tables") && stdout.contains("400 entries"), "{stdout}");
     let (ok, stdout, stderr) = tern_cmd(&["check", d, "--json"]);
     assert!(ok, "{stderr}");
@@ -83,6 +94,13 @@ fn backup_copies_a_database_that_checks_clean_and_refuses_bad_destinations() {
     assert!(!ok && stderr.contains("exists"), "a backup goes to a new directory: {stderr}");
     let (ok, _, stderr) = tern_cmd(&["backup", "/nonexistent/tern-db", root.path().join("x").to_str().unwrap()]);
     assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
+    let plain = root.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let (ok, _, stderr) = tern_cmd(&["backup", plain.to_str().unwrap(), root.path().join("x").to_str().unwrap()]);
+    assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0, "nothing is written to a directory that is no database");
+    let (ok, _, stderr) = tern_cmd(&["backup", s, src.join("inside").to_str().unwrap()]);
+    assert!(!ok && stderr.contains("inside the database"), "{stderr}");
     let db = Db::open(&src, Options::default()).unwrap();
     let (ok, _, stderr) = tern_cmd(&["backup", s, root.path().join("y").to_str().unwrap()]);
     assert!(!ok && stderr.contains("locked") && stderr.contains("Db::backup"), "{stderr}");

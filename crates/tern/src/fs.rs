@@ -43,6 +43,8 @@ pub trait RandomFile: Send + Sync + Debug {
 pub trait Fs: Send + Sync + Debug {
     /// Creates `dir` and its parents if missing.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Creates `dir`, which must not exist (`AlreadyExists` if it does); its parent must.
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
     /// The names of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Creates `path` (truncating it if it exists) for appending.
@@ -202,6 +204,10 @@ impl Fs for StdFs {
 
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir(dir)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir(dir)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -433,6 +439,11 @@ impl Fs for FaultFs {
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         self.faults.step("remove_dir")?;
         StdFs.remove_dir(dir)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        self.faults.step("create_dir")?;
+        StdFs.create_dir(dir)
     }
 
     fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {

@@ -63,6 +63,11 @@ fn tmp_name(seq: u64) -> String {
     format!("checkpoint-{seq:010}.tmp")
 }
 
+/// Whether `name` is a complete checkpoint file's name.
+pub(crate) fn is_checkpoint(name: &str) -> bool {
+    parse_name(name).is_some_and(|(_, done)| done)
+}
+
 fn parse_name(name: &str) -> Option<(u64, bool)> {
     let rest = name.strip_prefix("checkpoint-")?;
     if let Some(seq) = rest.strip_suffix(".ckpt") {

@@ -1,6 +1,6 @@
 //! `tern check`: recovery run read-only into a scratch pool, then every tree's shape checked.
 
-use super::{recover, RecoveryStats};
+use super::{recover, Recovered, RecoveryStats};
 use crate::btree::TreeConfig;
 use crate::buffer::{Pool, PoolConfig, PAGE_FILE};
 use crate::fs::Fs;
@@ -39,7 +39,42 @@ pub struct CheckReport {
 /// of every recovered tree. Fails with [`Error::Corruption`] naming the file and offset of the
 /// first damage, and with [`Error::Locked`] while the database is open.
 pub fn check(dir: &Path) -> Result<CheckReport> {
-    if !dir.is_dir() {
+    recover_read_only(dir, |recovered, _| {
+        let mut tables = Vec::new();
+        for (_, name, tree) in &recovered.tables {
+            let shape = tree.check().map_err(|why| Error::Corruption {
+                file: "(recovered tree)".into(),
+                offset: 0,
+                reason: format!("table {name:?}: {why}"),
+            })?;
+            tables.push(TableCheck {
+                name: name.clone(),
+                entries: shape.keys as u64,
+                height: shape.height,
+                leaves: shape.leaves,
+            });
+        }
+        let log_files = recovered.log_files.iter().map(|&(seq, _)| crate::wal::file_name(seq)).collect();
+        Ok(CheckReport { recovery: recovered.stats.clone(), tables, log_files })
+    })
+}
+
+/// Whether `dir` holds a tern database: its settings, a checkpoint or a log file.
+fn is_database(dir: &Path) -> Result<bool> {
+    let names = crate::fs::StdFs
+        .list(dir)
+        .map_err(|source| Error::Io { what: format!("listing {}", dir.display()), source })?;
+    Ok(names.iter().any(|n| {
+        n == crate::settings::FILE || crate::checkpoint::is_checkpoint(n) || crate::wal::parse_file_name(n).is_some()
+    }))
+}
+
+/// Recovers the database in `dir` without changing it and hands the result (and the trees'
+/// configuration) to `f`: the directory is locked, nothing in it is written (no torn tail cut,
+/// no leftover removed), and the trees are rebuilt in a pool of the default cache size over a
+/// scratch page file in the system's temporary directory, removed afterwards.
+pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeConfig) -> Result<T>) -> Result<T> {
+    if !dir.is_dir() || !is_database(dir)? {
         return Err(Error::InvalidArgument(format!("{} is not a database directory", dir.display())));
     }
     let _lock = super::lock_dir(dir)?;
@@ -48,11 +83,9 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
         Some(settings) => settings.apply(TreeConfig::default()),
         None => TreeConfig::default(),
     };
-    // Trees are rebuilt in a pool of the default cache size over a scratch page file outside
-    // the database directory, which this check must not change.
-    static CHECKS: AtomicU64 = AtomicU64::new(0);
-    let n = CHECKS.fetch_add(1, Relaxed);
-    let scratch = std::env::temp_dir().join(format!("tern-check-{}-{n}", std::process::id()));
+    static SCRATCH: AtomicU64 = AtomicU64::new(0);
+    let n = SCRATCH.fetch_add(1, Relaxed);
+    let scratch = std::env::temp_dir().join(format!("tern-scratch-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&scratch)
         .map_err(|source| Error::Io { what: format!("creating {}", scratch.display()), source })?;
     let pool_config = PoolConfig {
@@ -61,27 +94,8 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
         huge_pages: config.huge_pages,
     };
     let result = Pool::with_file(pool_config, Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE))
-        .and_then(|pool| check_with(dir, &fs, config, &pool));
+        .and_then(|pool| recover(&fs, dir, config, &pool, false))
+        .and_then(|recovered| f(&recovered, config));
     let _ = std::fs::remove_dir_all(&scratch);
     result
-}
-
-fn check_with(dir: &Path, fs: &dyn Fs, config: TreeConfig, pool: &Arc<Pool>) -> Result<CheckReport> {
-    let recovered = recover(fs, dir, config, pool, false)?;
-    let mut tables = Vec::new();
-    for (_, name, tree) in &recovered.tables {
-        let shape = tree.check().map_err(|why| Error::Corruption {
-            file: "(recovered tree)".into(),
-            offset: 0,
-            reason: format!("table {name:?}: {why}"),
-        })?;
-        tables.push(TableCheck {
-            name: name.clone(),
-            entries: shape.keys as u64,
-            height: shape.height,
-            leaves: shape.leaves,
-        });
-    }
-    let log_files = recovered.log_files.iter().map(|&(seq, _)| crate::wal::file_name(seq)).collect();
-    Ok(CheckReport { recovery: recovered.stats, tables, log_files })
 }

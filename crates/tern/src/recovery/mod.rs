@@ -22,6 +22,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use check::recover_read_only;
 pub use check::{check, CheckReport, TableCheck};
 pub(crate) use lock::{lock_dir, DirLock};
 

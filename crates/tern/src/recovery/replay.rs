@@ -16,12 +16,13 @@
 //! 2. A table is created, and a commit larger than a batch is applied (in place, not copied),
 //!    only once every batch handed over before it has been applied: the scanning thread waits
 //!    for the applier to return them all, then does it itself while the applier waits.
-//! 3. What can be checked as a record is read (the tables it writes exist, the name a
-//!    creation gives) is checked then, so the error names that record's file and offset. A
+//! 3. What can be checked as a record is read (the tables it writes exist, key and value
+//!    lengths, the name a creation gives) is checked then, so the error names that record's
+//!    file and offset. A
 //!    tree's error while applying (an I/O error of the page file, say) stops the replay and is
 //!    returned as it is, typed, instead of being reported as damage to the log.
 
-use crate::btree::{BTree, TreeConfig};
+use crate::btree::{BTree, TreeConfig, MAX_VALUE};
 use crate::buffer::page::prefetch_line;
 use crate::buffer::Pool;
 use crate::wal::record::{Op, Record};
@@ -256,6 +257,18 @@ impl Replay<'_> {
             Record::Commit { ops, .. } => {
                 if let Some(op) = ops.iter().find(|op| op.table as usize >= self.count) {
                     return Err(format!("a commit writes to table {}, which does not exist", op.table));
+                }
+                // What the trees would refuse, refused here, where the error names the record.
+                let max_key = self.config.page_size / 8;
+                if let Some(op) = ops.iter().find(|op| op.key.is_empty() || op.key.len() > max_key) {
+                    return Err(format!(
+                        "a commit writes a key of {} bytes (keys are 1..={max_key} bytes)",
+                        op.key.len()
+                    ));
+                }
+                if let Some(op) = ops.iter().find(|op| op.value.is_some_and(|v| v.len() > MAX_VALUE)) {
+                    let len = op.value.map_or(0, <[u8]>::len);
+                    return Err(format!("a commit writes a value of {len} bytes (at most {MAX_VALUE})"));
                 }
                 let size: usize = ops.iter().map(|op| op.key.len() + op.value.map_or(0, <[u8]>::len)).sum();
                 if self.batch.bytes.len() + size > self.batch_bytes {

@@ -103,31 +103,53 @@ fn a_write_to_a_table_that_does_not_exist_names_it() {
     assert!(err.unwrap_err().contains("table 2, which does not exist"));
 }
 
+/// A key the trees would refuse is refused as the record is read (the scan names its place).
+#[test]
+fn a_key_the_tree_refuses_is_refused_where_it_is_read() {
+    let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
+    let pool = Pool::memory(config.page_size, false);
+    let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
+    for key in [vec![], vec![7u8; 513]] {
+        let rec = Rec::Commit(1, vec![(0, key.clone(), Some(b"v".to_vec()))]);
+        let err = replay(&mut tables, 0, config, &pool, 1 << 20, |replay| Ok(replay.record(as_record(&rec)))).unwrap();
+        assert!(err.unwrap_err().contains(&format!("a key of {} bytes", key.len())));
+    }
+}
+
 /// A tree's error stops the replay and comes back typed, whether the write was batched (the
 /// applier thread fails) or applied alone (the scanning thread does), and the scan is stopped.
+/// The error: EIO reading back an evicted page of a pool of the fewest frames.
 #[test]
 fn a_tree_error_while_applying_is_returned_as_it_is() {
-    for batch_bytes in [1, 1 << 20] {
+    for batch_bytes in [1, 4096] {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::fs::FaultFs::new();
+        let faults = fs.faults.clone();
         let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
-        let pool = Pool::memory(config.page_size, false);
-        let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
-        let too_long = vec![7u8; 4096];
-        let log =
-            [Rec::Commit(1, vec![(0, too_long, Some(b"v".to_vec()))]), Rec::Commit(2, vec![(0, b"k".to_vec(), None)])];
+        let pool_config = crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(0), huge_pages: false };
+        let pool = Pool::with_file(pool_config, std::sync::Arc::new(fs), dir.path().join("pages")).unwrap();
+        let tree = BTree::with_pool(config, pool.clone()).unwrap();
+        for i in 0..3000u32 {
+            tree.upsert(&i.to_be_bytes(), &[1; 100]).unwrap();
+        }
+        let mut tables = vec![(0, String::new(), tree)];
+        faults.fail_reads.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut refused = 0;
         let err = replay(&mut tables, 0, config, &pool, batch_bytes, |replay| {
-            for _ in 0..1000 {
-                for r in &log {
-                    if replay.record(as_record(r)).is_err() {
-                        refused += 1;
-                        return Err(crate::Error::InvalidArgument("the scan stopped".into()));
-                    }
+            for i in 0..3000u32 {
+                let rec =
+                    Rec::Commit(1 + u64::from(i), vec![(0, (i * 7 % 3000).to_be_bytes().to_vec(), Some(vec![2; 100]))]);
+                if replay.record(as_record(&rec)).is_err() {
+                    refused += 1;
+                    return Err(crate::Error::InvalidArgument("the scan stopped".into()));
                 }
             }
             Ok(())
         })
         .unwrap_err();
-        assert!(matches!(err, crate::Error::KeyTooLarge { .. }), "batch {batch_bytes}: {err:?}");
+        assert!(matches!(err, crate::Error::Io { .. }), "batch {batch_bytes}: {err:?}");
+        assert!(err.to_string().contains("injected EIO"), "batch {batch_bytes}: {err}");
         assert_eq!(refused, 1, "batch {batch_bytes}: the scan is told to stop");
+        faults.fail_reads.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
