@@ -3,6 +3,7 @@
 mod backup;
 mod bench;
 mod check;
+mod compact;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +25,9 @@ enum Command {
     /// Copy a database directory (not open elsewhere) to a new directory, consistently: the
     /// copy opens as a database of its own.
     Backup(backup::BackupCmd),
+    /// Rewrite a database directory (not open elsewhere) densely: the log is folded into a new
+    /// checkpoint and deleted.
+    Compact(compact::CompactCmd),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(*cmd),
         Command::Check(cmd) => check::run(cmd),
         Command::Backup(cmd) => backup::run(cmd),
+        Command::Compact(cmd) => compact::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! `tern check PATH` as a user runs it: a good database, a damaged one, an open one.
+//! `tern check`, `tern backup` and `tern compact` as a user runs them: a good database, a
+//! damaged one, an open one.
 
 use std::process::Command;
 use tern::{Db, Options};
@@ -109,4 +110,48 @@ fn backup_copies_a_database_that_checks_clean_and_refuses_bad_destinations() {
     assert!(ok);
     let info: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(info["entries"], 400, "{info}");
+}
+
+#[test]
+fn compact_folds_the_log_into_a_checkpoint_and_keeps_every_entry() {
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("db");
+    let no_close_checkpoint =
+        Options { wal: tern::WalConfig { checkpoint_on_close: false, ..Default::default() }, ..Options::default() };
+    let db = Db::open(&src, no_close_checkpoint).unwrap();
+    for round in 0..5u32 {
+        for i in 0..400u32 {
+            let mut t = db.begin().unwrap();
+            t.put(&i.to_be_bytes(), &[round as u8; 64]).unwrap();
+            t.commit().unwrap();
+        }
+    }
+    db.close().unwrap();
+    let s = src.to_str().unwrap();
+    let (ok, stdout, stderr) = tern_cmd(&["compact", s, "--json"]);
+    assert!(ok, "{stderr}");
+    let done: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(done["records_replayed"], 2000, "{done}");
+    assert!(done["checkpoint"].is_string() && done["entries"] == 400, "{done}");
+    assert!(done["bytes_after"].as_u64() < done["bytes_before"].as_u64(), "{done}");
+    let db = Db::open(&src, Options::default()).unwrap();
+    assert_eq!(db.stats().recovery.unwrap().records_replayed, 0, "nothing is left to replay");
+    let t = db.begin_read().unwrap();
+    assert_eq!(t.range(..).unwrap().count(), 400);
+    assert_eq!(t.get(&399u32.to_be_bytes()).unwrap(), Some(vec![4u8; 64]));
+    drop(t);
+    let (ok, _, stderr) = tern_cmd(&["compact", s]);
+    assert!(!ok && stderr.contains("locked") && stderr.contains("offline"), "{stderr}");
+    db.close().unwrap();
+    let (ok, stdout, stderr) = tern_cmd(&["compact", s]);
+    assert!(ok && stdout.contains("nothing was logged"), "{stdout}{stderr}");
+    let (ok, _, stderr) = tern_cmd(&["check", s]);
+    assert!(ok, "{stderr}");
+    let plain = root.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    for p in [plain.to_str().unwrap(), "/nonexistent/tern-db"] {
+        let (ok, _, stderr) = tern_cmd(&["compact", p]);
+        assert!(!ok && stderr.contains("not a database directory"), "{stderr}");
+    }
+    assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0, "nothing is written to a directory that is no database");
 }

@@ -1,5 +1,5 @@
-//! `--durability`, `--periodic-ms`, `--dir` of the engine driver and `tern bench recovery`, as a
-//! user runs them.
+//! `--durability`, `--periodic-ms`, `--dir` of the engine driver, `tern bench recovery` and
+//! `tern bench open`, as a user runs them.
 
 use serde_json::Value;
 use std::process::Command;
@@ -39,6 +39,10 @@ fn bad_durability_input_gets_clear_errors() {
         (&["bench", "recovery", "--value-bytes", "8"][..], "--value-bytes must be in 16..=1048576"),
         (&["bench", "recovery", "--records", "0"][..], "--records must be in 1..=2^40"),
         (&["bench", "recovery", "--dir", not_a_dir][..], "not a directory"),
+        (&["bench", "open", "--records", "1000,0"][..], "--records must each be in 1..=2^36"),
+        (&["bench", "open", "--log-bytes", "1KiB"][..], "--log-bytes must be in 4KiB..=1TiB"),
+        (&["bench", "open", "--rounds", "0"][..], "--rounds must be in 1..=1000"),
+        (&["bench", "open", "--dir", not_a_dir][..], "not a directory"),
     ] {
         let (ok, _, stderr) = tern(args);
         assert!(!ok && stderr.contains(needle), "{args:?}: {stderr}");
@@ -150,4 +154,40 @@ fn recovery_replays_the_log_it_wrote() {
     assert!(replay.get("open_secs").is_some() && replay["torn_tail"] == false, "{replay}");
     assert!(stderr.contains("round 2:") && stderr.contains("MB/s"), "{stderr}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the database directory is removed");
+}
+
+#[test]
+fn open_reports_each_phase_and_replays_what_the_killed_child_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench", "open", "--records", "2000,3000", "--updates", "500", "--log-bytes", "256KiB"];
+    let (ok, stdout, stderr) =
+        tern(&[&args[..], &["--rounds", "2", "--json", "--dir", dir.path().to_str().unwrap()]].concat());
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    let phases: Vec<(&str, u64)> =
+        lines.iter().map(|l| (l["phase"].as_str().unwrap(), l["records"].as_u64().unwrap())).collect();
+    let each = ["load", "open-clean", "checkpoint", "open-crash"];
+    let expected: Vec<(&str, u64)> = [2000, 3000].iter().flat_map(|&n| each.map(|p| (p, n))).collect();
+    assert_eq!(phases, expected, "{lines:#?}");
+    for l in &lines {
+        for key in ["bench", "variant", "threads", "ops", "secs", "ops_per_sec"] {
+            assert!(l.get(key).is_some(), "missing {key}: {l}");
+        }
+    }
+    for l in lines.iter().filter(|l| l["phase"].as_str().unwrap().starts_with("open-")) {
+        assert_eq!(l["rounds"], 2, "{l}");
+        for key in ["open_ms", "checkpoint_ms", "replay_ms", "other_ms", "target_ms"] {
+            assert!(l.get(key).is_some(), "missing {key}: {l}");
+        }
+    }
+    let crash = lines.iter().filter(|l| l["phase"] == "open-crash");
+    for l in crash {
+        // The child stopped at 256 KiB of log or just past it; the open replayed all of it.
+        assert!(l["bytes_replayed"].as_u64().unwrap() >= 256 << 10, "{l}");
+        assert!(l["records_replayed"].as_u64().unwrap() > 1000, "{l}");
+    }
+    let ckpt = lines.iter().find(|l| l["phase"] == "checkpoint").unwrap();
+    assert!(ckpt["checkpoint_bytes"].as_u64().unwrap() > 0 && ckpt["db_bytes"].as_u64().unwrap() > 0, "{ckpt}");
+    assert!(stderr.contains("open after kill -9") && stderr.contains("open after clean"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the database directories are removed");
 }

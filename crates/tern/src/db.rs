@@ -683,7 +683,15 @@ impl DbInner {
         if self.options.wal.checkpoint_on_close {
             self.checkpoint()?;
         }
-        d.wal.shutdown()
+        d.wal.shutdown()?;
+        // The page file is scratch space until page checkpoints: the next open recreates it, so
+        // a clean close gives its disk space back (the pool keeps its open file meanwhile).
+        match d.fs.remove(&d.dir.join(PAGE_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::Io { what: format!("removing the scratch page file {PAGE_FILE}"), source: e })
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn table(&self, name: &str) -> Result<Table> {

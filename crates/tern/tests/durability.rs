@@ -133,6 +133,59 @@ fn checkpoints_run_beside_writers_and_the_log_is_trimmed() {
     assert_eq!(got, model);
 }
 
+#[test]
+fn a_clean_close_leaves_no_covered_log_and_the_next_open_reads_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    for i in 0..2000u32 {
+        put(&db, format!("k{i:05}").as_bytes(), &[i as u8; 100]);
+    }
+    db.close().unwrap();
+    // The close checkpointed; the log moved on to a new file at the checkpoint's position and
+    // the file holding the covered records went.
+    let logs = files(dir.path(), "wal-");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let header_only = std::fs::metadata(&logs[0]).unwrap().len();
+    assert!(header_only <= 64, "the log after a clean close holds no record: {header_only} bytes");
+    let db = Db::open(dir.path(), options()).unwrap();
+    let r = db.stats().recovery.unwrap();
+    assert_eq!((r.records_replayed, r.bytes_replayed), (0, 0), "{r}");
+    assert_eq!(get(&db, b"k01999"), Some(vec![1999u32 as u8; 100]));
+    db.close().unwrap();
+    assert_eq!(files(dir.path(), "wal-").len(), 1, "each clean close leaves one empty log file");
+    assert!(files(dir.path(), "pages").is_empty(), "a clean close removes the scratch page file");
+}
+
+#[test]
+fn a_log_file_the_checkpoint_covers_is_not_read_at_open_and_goes() {
+    // A crash between a checkpoint's rename and the removal of the log it covers leaves such a
+    // file. Recovery needs none of its records: it does not read them (so damage in them does
+    // not matter) and the open deletes the file.
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    for i in 0..500u32 {
+        put(&db, format!("k{i:04}").as_bytes(), &[i as u8; 40]);
+    }
+    let covered = newest_log(dir.path());
+    let kept = std::fs::read(&covered).unwrap();
+    db.checkpoint().unwrap().expect("something was logged");
+    put(&db, b"after", b"the checkpoint");
+    std::mem::forget(db);
+    let copy = copy_dir(dir.path());
+    let mut bytes = kept;
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(copy.path().join(covered.file_name().unwrap()), bytes).unwrap();
+    let report = tern::recovery::check(copy.path()).unwrap();
+    assert_eq!(report.log_files.len(), 2, "{report:?}");
+    let db = Db::open(copy.path(), options()).unwrap();
+    assert_eq!(get(&db, b"k0499"), Some(vec![499u32 as u8; 40]));
+    assert_eq!(get(&db, b"after"), Some(b"the checkpoint".to_vec()));
+    assert!(!copy.path().join(covered.file_name().unwrap()).exists(), "the covered file is removed at open");
+    db.close().unwrap();
+    tern::recovery::check(copy.path()).unwrap();
+}
+
 /// Appends `bytes` to the newest log file.
 fn newest_log(dir: &Path) -> PathBuf {
     files(dir, "wal-").pop().unwrap()

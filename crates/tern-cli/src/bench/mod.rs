@@ -12,6 +12,7 @@ pub mod driver;
 pub mod harness;
 pub mod latch;
 pub mod lock;
+pub mod open;
 pub mod plot;
 pub mod recovery;
 pub mod report;
@@ -106,6 +107,7 @@ pub enum Which {
     Tpcb(tpcb::TpcbArgs),
     Compare(compare::CompareArgs),
     Recovery(recovery::RecoveryArgs),
+    Open(open::OpenArgs),
     /// One engine for a parent `tern bench` run with --memory-limit, over stdin and stdout.
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -129,6 +131,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Tpcb(args)) => tpcb::run(&args),
         Some(Which::Compare(args)) => compare::run(&args),
         Some(Which::Recovery(args)) => recovery::run(&args),
+        Some(Which::Open(args)) => open::run(&args),
         Some(Which::Worker(_)) => unreachable!("handled above"),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;

@@ -166,7 +166,7 @@ pub fn run(args: &RecoveryArgs) -> Result<(), String> {
             break;
         }
         if args.cold {
-            evict(&path)?;
+            evict(&path, "wal-")?;
         }
         let replay = reopen(args, &path, written.commits)?;
         if replay.records != written.commits {
@@ -196,7 +196,7 @@ pub fn run(args: &RecoveryArgs) -> Result<(), String> {
 }
 
 /// Record `r`'s value as written by pass `pass` over the records.
-fn value_of(r: u64, pass: u64, value: &mut [u8]) {
+pub(super) fn value_of(r: u64, pass: u64, value: &mut [u8]) {
     for (j, b) in value.iter_mut().enumerate() {
         *b = (r as usize + j) as u8 | 1;
     }
@@ -242,12 +242,13 @@ fn write_log(args: &RecoveryArgs, path: &Path) -> Result<Written, String> {
     Ok(Written { commits, log_bytes: wal.bytes, log_files: wal.files_created, secs })
 }
 
-/// Drops the log files from the page cache (they are synced: the database was closed).
-fn evict(path: &Path) -> Result<(), String> {
+/// Drops the database's files whose names start with `prefix` from the page cache (they are
+/// synced: the database was closed).
+pub(super) fn evict(path: &Path, prefix: &str) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let entries = std::fs::read_dir(path).map_err(|e| format!("listing {}: {e}", path.display()))?;
     for entry in entries.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("wal-") {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) || !entry.path().is_file() {
             continue;
         }
         let file = std::fs::File::open(entry.path()).map_err(|e| format!("{}: {e}", entry.path().display()))?;

@@ -60,7 +60,7 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
 }
 
 /// Whether `dir` holds a tern database: its settings, a checkpoint or a log file.
-fn is_database(dir: &Path) -> Result<bool> {
+pub fn is_database(dir: &Path) -> Result<bool> {
     let names = crate::fs::StdFs
         .list(dir)
         .map_err(|source| Error::Io { what: format!("listing {}", dir.display()), source })?;

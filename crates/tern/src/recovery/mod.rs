@@ -23,7 +23,7 @@ mod replay;
 mod tests;
 
 pub(crate) use check::recover_read_only;
-pub use check::{check, CheckReport, TableCheck};
+pub use check::{check, is_database, CheckReport, TableCheck};
 pub(crate) use lock::{lock_dir, DirLock};
 
 use crate::btree::{BTree, TreeConfig};

@@ -32,8 +32,11 @@
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
 //! records (see `record.rs`). A file is closed and a new one started once it exceeds the
-//! configured size; files wholly before the newest checkpoint's LSN are deleted. `reader.rs`
-//! reads them back for recovery.
+//! configured size; files wholly before the newest checkpoint's LSN are deleted (at the
+//! checkpoint, and at open for any a crash left). A checkpoint taken while nothing is being
+//! appended (a clean close, an idle database) first starts a new file at its LSN, so the file
+//! it covers goes too: a clean close leaves one log file with no record. `reader.rs` reads the
+//! files back for recovery, skipping unread those wholly before the checkpoint.
 
 mod group;
 pub(crate) mod reader;
@@ -264,6 +267,9 @@ impl Wal {
             flusher: StdMutex::new(None),
         });
         wal.counters.files_created.fetch_add(1, Relaxed);
+        // Files a checkpoint covered before the last close or crash go now, not at the next
+        // checkpoint: the next open need not look at them.
+        wal.remove_covered(checkpoint_lsn)?;
         // The flusher also covers transactions that chose `Periodic` in a database whose
         // default is not.
         wal.start_flusher(match config.durability {
@@ -388,10 +394,35 @@ impl Wal {
     }
 
     /// A checkpoint that replays from `lsn` is durable: deletes the log files wholly before it.
+    /// If nothing was appended since (a clean close, an idle database), the log first moves to
+    /// a new file starting at `lsn`, so that the file holding the covered records goes too.
     pub fn checkpoint_done(&self, lsn: Option<u64>) -> Result<()> {
         self.checkpoint_asked.store(false, Relaxed);
         let Some(lsn) = lsn else { return Ok(()) };
         self.checkpoint_lsn.fetch_max(lsn, Relaxed);
+        self.rotate_if_idle(lsn)?;
+        self.remove_covered(lsn)
+    }
+
+    /// Starts a new log file at `lsn` if the log ends there and all of it is written. Appends
+    /// that arrive meanwhile wait in the buffer; the next leader (held off by the `io` latch)
+    /// writes them to the new file, which starts where they do.
+    fn rotate_if_idle(&self, lsn: u64) -> Result<()> {
+        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        if io.file_bytes == HEADER as u64 || self.group.written() != lsn || self.tail.lock().end != lsn {
+            return Ok(());
+        }
+        let seq = io.seq + 1;
+        io.file = new_file(&*self.fs, &self.dir, seq, lsn)?;
+        io.seq = seq;
+        io.file_bytes = HEADER as u64;
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, lsn));
+        self.counters.files_created.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Deletes the log files wholly before `lsn` (a durable checkpoint replays from there).
+    fn remove_covered(&self, lsn: u64) -> Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         let mut removed = 0;
         // File i is wholly before `lsn` if file i+1 starts at or before it.

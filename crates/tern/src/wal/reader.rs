@@ -14,6 +14,7 @@ use super::{file_name, parse_file_name, parse_header, HEADER};
 use crate::fs::Fs;
 use crate::{Error, Result};
 use serde::Serialize;
+use std::io::Read;
 use std::path::Path;
 
 /// A torn final record cut from the log.
@@ -47,6 +48,19 @@ fn corruption(file: &str, offset: u64, reason: impl Into<String>) -> Error {
     Error::Corruption { file: file.into(), offset, reason: reason.into() }
 }
 
+/// `(start, end)` LSNs of log file `seq` at `path` if its header is sound, it continues the
+/// file before it (`prev_end`), and it ends at or before `from`: a file recovery can skip
+/// without reading its records. `None` otherwise (the full read then reports any fault).
+fn covered(fs: &dyn Fs, path: &Path, seq: u64, prev_end: Option<u64>, from: u64) -> Option<(u64, u64)> {
+    let mut head = [0u8; HEADER];
+    fs.open_read(path).ok()?.read_exact(&mut head).ok()?;
+    let (head_seq, start) = parse_header(&head)?;
+    let continues = prev_end.map_or(start <= from, |prev| start == prev);
+    let len = fs.len(path).ok()?;
+    let end = start + len.checked_sub(HEADER as u64)?;
+    (head_seq == seq && continues && end <= from).then_some((start, end))
+}
+
 /// Reads the log in `dir` and hands every record at or after LSN `from` to `apply`, in log
 /// order. With `repair`, a torn tail is cut from the file (and an unfinished newest file, whose
 /// header never made it to disk, removed); without, the files are left as they are.
@@ -66,6 +80,14 @@ pub(crate) fn scan(
         let last = i + 1 == seqs.len();
         let name = file_name(seq);
         let path = dir.join(&name);
+        if !last {
+            if let Some((start, end)) = covered(fs, &path, seq, prev_end, from) {
+                // Wholly before `from`: none of its records is needed, so none is read.
+                scan.files.push((seq, start));
+                prev_end = Some(end);
+                continue;
+            }
+        }
         let data =
             fs.read_all(&path).map_err(|source| Error::Io { what: format!("reading log file {name}"), source })?;
         let Some((head_seq, start)) = parse_header(&data) else {

@@ -1,0 +1,503 @@
+//! `tern bench open`: what opening a database costs, after a clean close and after a crash,
+//! and what one checkpoint writes after a few updates.
+//!
+//! For each `--records` size, in a fresh directory:
+//! 1. **load**: inserts the records (16-byte keys of [`key_of`], `--value-bytes` values, 1000
+//!    per transaction, `Durability::NoSync`, no automatic checkpoint) and closes the database,
+//!    which checkpoints it.
+//! 2. **open-clean**: reopens it `--rounds` times (closing without a checkpoint, so every round
+//!    opens the same files) and times `Db::open`, split as tern's recovery counts it.
+//! 3. **checkpoint**: updates `--updates` random records, one per transaction, and calls
+//!    `Db::checkpoint()`: the bytes it wrote against the database's size on disk.
+//! 4. **open-crash**: a child process (this program again) opens the database, commits about
+//!    `--log-bytes` of updates (NoSync: each record reaches the operating system at commit) and
+//!    is killed with SIGKILL; then the database is reopened `--rounds` times and each open is
+//!    timed, with the log bytes it replayed.
+//!
+//! After every open a sample of records is read back and checked against its last write.
+
+use super::dist::mix64;
+use super::harness;
+use super::recovery::{evict, parse_bytes, value_of};
+use super::report::{emit, Record};
+use super::runner::round3;
+use super::workload::{check_value, key_of};
+use serde_json::{json, Map, Value};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+use tern::{Db, Durability, Options, WalConfig};
+
+const LONG_ABOUT: &str = "\
+Measures what opening a tern database costs. For each --records size, in a fresh directory:
+load the records (16-byte keys, --value-bytes values; NoSync, 1000 per transaction) and close
+the database cleanly (a checkpoint); reopen it --rounds times and time Db::open (open-clean);
+update --updates random records and time Db::checkpoint(), reporting the bytes it wrote against
+the database's size on disk (checkpoint); then a child process commits about --log-bytes of
+updates and is killed with SIGKILL, and the database is reopened --rounds times (open-crash:
+the open replays that log). Every open is split as tern's recovery counts it (checkpoint load,
+log replay, other) and followed by a check of a sample of records against their last write.
+--cold drops the database's files from the page cache before each open (posix_fadvise
+DONTNEED). The directory is created under --dir (default: the system's temporary directory)
+and removed afterwards.";
+
+/// Options of `tern bench open`.
+#[derive(clap::Args, Clone, Debug)]
+#[command(about = "Open cost: after a clean close, after kill -9 with a log to replay; one checkpoint's bytes", long_about = LONG_ABOUT)]
+pub struct OpenArgs {
+    /// Database sizes in records, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000000", value_name = "N,..")]
+    pub records: Vec<u64>,
+    /// Value size in bytes (16..=1048576).
+    #[arg(long, default_value_t = 100, value_name = "BYTES")]
+    pub value_bytes: usize,
+    /// Random updates before the measured checkpoint.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub updates: u64,
+    /// Log the crashed child leaves to replay: bytes, or with a unit (KiB, MiB, GiB, kB, MB, GB).
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes, value_name = "BYTES")]
+    pub log_bytes: u64,
+    /// Opens per phase; the median is reported.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+    /// Drop the database's files from the page cache before each open.
+    #[arg(long)]
+    pub cold: bool,
+    /// Directory the database's directory is created in (removed afterwards) [default: the
+    /// system's temporary directory].
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object per result on stdout (JSON Lines); the tables go to stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run as the child that writes the log at this database and waits to be killed.
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub crash_child: Option<PathBuf>,
+}
+
+/// The key size of the records (YCSB's default in `tern bench ycsb`).
+const KEY_SIZE: usize = 16;
+/// Puts per transaction while loading.
+const LOAD_BATCH: u64 = 1000;
+/// The open time this benchmark holds tern to after a clean close (issue 17).
+const TARGET_MS: f64 = 50.0;
+/// Passes: 0 is the load, 1 the random updates, 2.. the crashed child's passes.
+const CHILD_PASS: u64 = 2;
+
+impl OpenArgs {
+    fn validate(&self) -> Result<(), String> {
+        if self.records.is_empty() || self.records.iter().any(|&n| n == 0 || n > 1 << 36) {
+            return Err(format!("--records must each be in 1..=2^36, got {:?}", self.records));
+        }
+        if !(16..=1 << 20).contains(&self.value_bytes) {
+            return Err(format!("--value-bytes must be in 16..=1048576, got {}", self.value_bytes));
+        }
+        if self.updates > 1 << 32 {
+            return Err(format!("--updates must be at most 2^32, got {}", self.updates));
+        }
+        if !(4096..=1 << 40).contains(&self.log_bytes) {
+            return Err(format!("--log-bytes must be in 4KiB..=1TiB, got {}", self.log_bytes));
+        }
+        if self.rounds == 0 || self.rounds > 1000 {
+            return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
+        }
+        if let Some(dir) = &self.dir {
+            super::driver::check_dir(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// Options for every phase: NoSync commits, no automatic checkpoint; `close_checkpoint` only
+/// for the load (the reopens must find the same files every round).
+fn options(close_checkpoint: bool) -> Options {
+    let wal = WalConfig {
+        durability: Durability::NoSync,
+        checkpoint_bytes: u64::MAX,
+        checkpoint_on_close: close_checkpoint,
+        ..WalConfig::default()
+    };
+    Options { wal, ..Options::default() }
+}
+
+/// One timed open.
+struct Open {
+    secs: f64,
+    checkpoint_ms: u64,
+    replay_ms: u64,
+    recovery_ms: u64,
+    bytes_replayed: u64,
+    records_replayed: u64,
+}
+
+/// What the database holds: which pass last wrote each record.
+struct Expect {
+    records: u64,
+    updated: HashSet<u64>,
+    /// Commits of the crashed child (one record each, records `i % records` in turn).
+    child_commits: u64,
+}
+
+impl Expect {
+    fn pass(&self, r: u64) -> u64 {
+        let c = self.child_commits;
+        if c > 0 && (c >= self.records || r < c) {
+            CHILD_PASS + (c - 1 - r) / self.records
+        } else if self.updated.contains(&r) {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// Runs `tern bench open` (or, with `--crash-child`, the child that writes a log and waits for
+/// its SIGKILL).
+pub fn run(args: &OpenArgs) -> Result<(), String> {
+    args.validate()?;
+    if let Some(path) = &args.crash_child {
+        return crash_child(args, path);
+    }
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let mut records = Vec::new();
+    let mut notes = Vec::new();
+    for &n in &args.records {
+        if harness::interrupted() {
+            break;
+        }
+        let dir = tern_peers::scratch_dir(&parent, "tern-open-")
+            .map_err(|e| format!("creating a database directory in {}: {e}", parent.display()))?;
+        let path = dir.path().join("db");
+        one_size(args, n, &path, &mut records, &mut notes)?;
+    }
+    notes.push(format!(
+        "open: wall time of Db::open (median of {} round(s){}), split as DbStats::recovery counts it; target after a \
+         clean close: < {TARGET_MS} ms. Databases under {}",
+        args.rounds,
+        if args.cold { ", files dropped from the page cache first" } else { ", files in the page cache" },
+        parent.display()
+    ));
+    let title = format!(
+        "open: cost of opening a database of {}-byte records ({} updates before the checkpoint, {} MiB of log at the \
+         kill)",
+        KEY_SIZE + args.value_bytes,
+        args.updates,
+        args.log_bytes >> 20
+    );
+    emit(&records, args.json, &title, &notes);
+    Ok(())
+}
+
+fn one_size(
+    args: &OpenArgs,
+    n: u64,
+    path: &Path,
+    out: &mut Vec<Record>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let params = |phase: &str| -> Map<String, Value> {
+        let mut p = Map::new();
+        p.insert("phase".into(), json!(phase));
+        p.insert("records".into(), json!(n));
+        p.insert("cache".into(), json!(if args.cold { "cold" } else { "warm" }));
+        p
+    };
+    let mut expect = Expect { records: n, updated: HashSet::new(), child_commits: 0 };
+
+    // 1. Load, and close cleanly (a checkpoint).
+    let (load_secs, close_secs) = load(args, n, path)?;
+    let db_bytes = dir_bytes(path)?;
+    let mut extra = Map::new();
+    extra.insert("close_secs".into(), round3(close_secs));
+    extra.insert("db_bytes".into(), json!(db_bytes));
+    extra.insert("fairness".into(), json!(1.0));
+    out.push(Record::single("open", "tern".into(), 1, params("load"), n, load_secs, extra));
+    notes.push(format!(
+        "{n} records: loaded in {load_secs:.2} s, clean close {close_secs:.2} s; {:.1} MiB on disk",
+        db_bytes as f64 / (1 << 20) as f64
+    ));
+    if harness::interrupted() {
+        return Ok(());
+    }
+
+    // 2. Reopen after the clean close.
+    let opens = reopen_rounds(args, path, &expect)?;
+    out.push(open_record(args, params("open-clean"), &opens, 0, notes, n, "clean"));
+    if harness::interrupted() {
+        return Ok(());
+    }
+
+    // 3. Random updates, then one checkpoint.
+    let (ckpt_secs, ckpt_bytes) = update_and_checkpoint(args, n, path, &mut expect)?;
+    let db_bytes = dir_bytes(path)?;
+    let mut extra = Map::new();
+    extra.insert("checkpoint_bytes".into(), json!(ckpt_bytes));
+    extra.insert("db_bytes".into(), json!(db_bytes));
+    extra.insert("percent_of_db".into(), round3(100.0 * ckpt_bytes as f64 / db_bytes.max(1) as f64));
+    extra.insert("fairness".into(), json!(1.0));
+    out.push(Record::single("open", "tern".into(), 1, params("checkpoint"), args.updates, ckpt_secs, extra));
+    notes.push(format!(
+        "{n} records: after {} random updates a checkpoint wrote {:.1} MiB in {ckpt_secs:.2} s: {:.1}% of the {:.1} MiB \
+         on disk",
+        args.updates,
+        ckpt_bytes as f64 / (1 << 20) as f64,
+        100.0 * ckpt_bytes as f64 / db_bytes.max(1) as f64,
+        db_bytes as f64 / (1 << 20) as f64
+    ));
+    if harness::interrupted() {
+        return Ok(());
+    }
+
+    // 4. A child writes a log and is killed; reopen.
+    let (commits, log_bytes) = crash(args, n, path)?;
+    expect.child_commits = commits;
+    let opens = reopen_rounds(args, path, &expect)?;
+    if let Some(o) = opens.iter().find(|o| o.records_replayed != commits) {
+        return Err(format!(
+            "after the kill, the open replayed {} records; the child committed {commits}",
+            o.records_replayed
+        ));
+    }
+    out.push(open_record(args, params("open-crash"), &opens, log_bytes, notes, n, "kill -9"));
+    Ok(())
+}
+
+/// Inserts records `0..n` (pass 0) and closes the database; returns the load's and the close's
+/// seconds.
+fn load(args: &OpenArgs, n: u64, path: &Path) -> Result<(f64, f64), String> {
+    let db = Db::open(path, options(true)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
+    let start = Instant::now();
+    let mut r = 0;
+    while r < n {
+        if harness::interrupted() {
+            break;
+        }
+        let mut txn = db.begin().map_err(|e| e.to_string())?;
+        for r in r..(r + LOAD_BATCH).min(n) {
+            value_of(r, 0, &mut value);
+            txn.put(key_of(r, KEY_SIZE, &mut key), &value).map_err(|e| format!("loading record {r}: {e}"))?;
+        }
+        txn.commit().map_err(|e| format!("loading: {e}"))?;
+        r += LOAD_BATCH;
+    }
+    let load_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
+    Ok((load_secs, start.elapsed().as_secs_f64()))
+}
+
+/// Opens the database `args.rounds` times, checking records after each and closing without a
+/// checkpoint.
+fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect) -> Result<Vec<Open>, String> {
+    let mut opens = Vec::new();
+    for _ in 0..args.rounds {
+        if harness::interrupted() {
+            break;
+        }
+        if args.cold {
+            evict(path, "")?;
+        }
+        let start = Instant::now();
+        let db = Db::open(path, options(false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+        let secs = start.elapsed().as_secs_f64();
+        let r = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
+        check_records(&db, args, expect)?;
+        db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
+        opens.push(Open {
+            secs,
+            checkpoint_ms: r.checkpoint_millis,
+            replay_ms: r.replay_millis,
+            recovery_ms: r.millis,
+            bytes_replayed: r.bytes_replayed,
+            records_replayed: r.records_replayed,
+        });
+    }
+    if opens.is_empty() {
+        return Err("interrupted before the first open".into());
+    }
+    Ok(opens)
+}
+
+/// The record of one open phase (the median open by wall time) and its note.
+fn open_record(
+    args: &OpenArgs,
+    params: Map<String, Value>,
+    opens: &[Open],
+    log_bytes: u64,
+    notes: &mut Vec<String>,
+    n: u64,
+    after: &str,
+) -> Record {
+    let mut order: Vec<&Open> = opens.iter().collect();
+    order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+    let mid = order[order.len() / 2];
+    let mut extra = Map::new();
+    extra.insert("open_ms".into(), round3(mid.secs * 1e3));
+    extra.insert("checkpoint_ms".into(), json!(mid.checkpoint_ms));
+    extra.insert("replay_ms".into(), json!(mid.replay_ms));
+    extra.insert("other_ms".into(), json!(mid.recovery_ms.saturating_sub(mid.checkpoint_ms + mid.replay_ms)));
+    extra.insert("bytes_replayed".into(), json!(mid.bytes_replayed));
+    extra.insert("records_replayed".into(), json!(mid.records_replayed));
+    if log_bytes > 0 {
+        extra.insert("log_bytes".into(), json!(log_bytes));
+        let rate = mid.bytes_replayed as f64 / 1e6 / (mid.replay_ms as f64 / 1e3).max(1e-9);
+        extra.insert("replay_mb_per_sec".into(), round3(rate));
+    }
+    extra.insert("target_ms".into(), json!(TARGET_MS));
+    extra.insert("fairness".into(), json!(1.0));
+    let rounds = opens.len();
+    let rate = |o: &Open| 1.0 / o.secs.max(1e-9);
+    let record = Record {
+        min_ops_per_sec: rate(order[rounds - 1]),
+        max_ops_per_sec: rate(order[0]),
+        rounds,
+        ..Record::single("open", "tern".into(), 1, params, 1, mid.secs, extra)
+    };
+    notes.push(format!(
+        "{n} records, open after {after}: {:.1} ms (checkpoint {} ms, replay {} ms of {:.1} MiB, other {} ms){}",
+        mid.secs * 1e3,
+        mid.checkpoint_ms,
+        mid.replay_ms,
+        mid.bytes_replayed as f64 / (1 << 20) as f64,
+        mid.recovery_ms.saturating_sub(mid.checkpoint_ms + mid.replay_ms),
+        if args.rounds > 1 {
+            format!("; rounds {}", opens.iter().map(|o| format!("{:.1}", o.secs * 1e3)).collect::<Vec<_>>().join(", "))
+        } else {
+            String::new()
+        }
+    ));
+    record
+}
+
+/// Updates `args.updates` random records (pass 1, one per transaction), then checkpoints;
+/// returns the checkpoint's seconds and bytes written.
+fn update_and_checkpoint(args: &OpenArgs, n: u64, path: &Path, expect: &mut Expect) -> Result<(f64, u64), String> {
+    let db = Db::open(path, options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
+    for i in 0..args.updates {
+        let r = mix64(i ^ 0x5eed) % n;
+        value_of(r, 1, &mut value);
+        let mut txn = db.begin().map_err(|e| e.to_string())?;
+        txn.put(key_of(r, KEY_SIZE, &mut key), &value).map_err(|e| format!("updating record {r}: {e}"))?;
+        txn.commit().map_err(|e| format!("update {i}: {e}"))?;
+        expect.updated.insert(r);
+    }
+    let before = db.stats().checkpoints.bytes;
+    let start = Instant::now();
+    let info = db.checkpoint().map_err(|e| format!("checkpoint: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    let after = db.stats().checkpoints.bytes;
+    db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
+    let bytes = info.map_or(after - before, |i| i.bytes.max(after - before));
+    Ok((secs, bytes))
+}
+
+/// Runs the child that writes about `args.log_bytes` of log and kills it; returns its commits
+/// and the log bytes it reported.
+fn crash(args: &OpenArgs, n: u64, path: &Path) -> Result<(u64, u64), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program to re-run it: {e}"))?;
+    let mut child = Command::new(&exe)
+        .args(["bench", "open", "--records", &n.to_string(), "--value-bytes", &args.value_bytes.to_string()])
+        .args(["--log-bytes", &args.log_bytes.to_string(), "--crash-child"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting the crash child ({}): {e}", exe.display()))?;
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        return Err("the crash child has no stdout".into());
+    };
+    let mut line = String::new();
+    let read = BufReader::new(stdout).read_line(&mut line);
+    // SIGKILL: the child gets no chance to close, checkpoint or flush anything.
+    let _ = child.kill();
+    let status = child.wait().map_err(|e| format!("waiting for the crash child: {e}"))?;
+    read.map_err(|e| format!("reading from the crash child: {e}"))?;
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next().map(str::parse::<u64>), words.next().map(str::parse::<u64>)) {
+        (Some("ready"), Some(Ok(commits)), Some(Ok(bytes))) => Ok((commits, bytes)),
+        _ => Err(format!("the crash child ended ({status}) without writing its log: {line:?}")),
+    }
+}
+
+/// The child: commits records `i % records` (pass `2 + i / records`) until the log holds
+/// `log_bytes`, says `ready <commits> <log bytes>`, and waits for its SIGKILL.
+fn crash_child(args: &OpenArgs, path: &Path) -> Result<(), String> {
+    let n = args.records[0];
+    let db = Db::open(path, options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
+    let log_bytes = |db: &Db| db.stats().wal.map_or(0, |w| w.bytes);
+    let mut commits = 0u64;
+    while commits % 1024 != 0 || log_bytes(&db) < args.log_bytes {
+        let r = commits % n;
+        value_of(r, CHILD_PASS + commits / n, &mut value);
+        let mut txn = db.begin().map_err(|e| e.to_string())?;
+        txn.put(key_of(r, KEY_SIZE, &mut key), &value).map_err(|e| e.to_string())?;
+        txn.commit().map_err(|e| format!("commit {commits}: {e}"))?;
+        commits += 1;
+    }
+    // NoSync: every commit's record is in the operating system's hands, so a SIGKILL loses none.
+    println!("ready {commits} {}", log_bytes(&db));
+    let mut sink = String::new();
+    let _ = std::io::stdin().read_line(&mut sink);
+    // Reached only if the parent went away without killing us: leave the log as a crash would.
+    std::process::abort();
+}
+
+/// Reads back up to 1000 records spread over the key space and every updated one (up to
+/// 1000); each must hold its last write.
+fn check_records(db: &Db, args: &OpenArgs, expect: &Expect) -> Result<(), String> {
+    let n = expect.records;
+    let step = (n / 1000).max(1);
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let (mut key, mut got) = ([0u8; KEY_SIZE], Vec::new());
+    let updated = expect.updated.iter().copied().take(1000);
+    for r in (0..n).step_by(step as usize).chain(updated) {
+        let pass = expect.pass(r);
+        if !txn.get_into(key_of(r, KEY_SIZE, &mut key), &mut got).map_err(|e| e.to_string())? {
+            return Err(format!("after the open, record {r} is missing"));
+        }
+        let stamp = got.get(got.len().saturating_sub(8)..).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        if !check_value(r, &got, args.value_bytes) || stamp != Some(pass) {
+            return Err(format!("after the open, record {r} does not hold its last write (pass {pass})"));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of the database's files: checkpoint and log (the page file is scratch space until
+/// page checkpoints, recreated at every open, and not counted).
+fn dir_bytes(path: &Path) -> Result<u64, String> {
+    let entries = std::fs::read_dir(path).map_err(|e| format!("listing {}: {e}", path.display()))?;
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let meta = entry.metadata().map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        if meta.is_file() && entry.file_name() != tern::buffer::PAGE_FILE {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Expect, CHILD_PASS};
+    use std::collections::HashSet;
+
+    #[test]
+    fn the_expected_pass_follows_the_child_over_the_updates() {
+        let updated: HashSet<u64> = [3, 7].into();
+        let mut e = Expect { records: 10, updated, child_commits: 0 };
+        assert_eq!((e.pass(0), e.pass(3)), (0, 1));
+        e.child_commits = 5;
+        assert_eq!((e.pass(4), e.pass(5), e.pass(7)), (CHILD_PASS, 0, 1));
+        e.child_commits = 23;
+        // Records 0..3 were written in the child's third pass, 3.. in its second.
+        assert_eq!((e.pass(2), e.pass(3), e.pass(9)), (CHILD_PASS + 2, CHILD_PASS + 1, CHILD_PASS + 1));
+    }
+}
