@@ -149,7 +149,7 @@ pub(crate) fn recover(
     }
     stats.checkpoint_millis = loading.elapsed().as_millis() as u64;
     let replaying = Instant::now();
-    let log = replay::replay(&mut tables, snapshot, config, pool, replay::BATCH_BYTES, |r| {
+    let log = replay::replay(&mut tables, snapshot, config, pool, replay::batch_bytes(pool), |r| {
         scan(fs, dir, lsn, repair, |record| r.record(record))
     })?;
     stats.replay_millis = replaying.elapsed().as_millis() as u64;

@@ -2,7 +2,7 @@
 //! thread while the log is read.
 //!
 //! Applying each write as it is read costs one descent to a random leaf per write. Replay
-//! instead gathers the writes of consecutive commits into a batch of up to [`BATCH_BYTES`] of
+//! instead gathers the writes of consecutive commits into a batch of up to [`batch_bytes`] of
 //! keys and values, sorts it by table and key (log order kept among the writes to one key),
 //! and applies only the last write of each key, in key order: consecutive writes land in the
 //! same leaf or the next one, whose path is already in the cache. The thread that scans the
@@ -31,8 +31,24 @@ use std::cmp::Ordering;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Keys and values a batch gathers before it is sorted and applied.
+/// Keys and values a batch gathers before it is sorted and applied, at least.
 pub(crate) const BATCH_BYTES: usize = 32 << 20;
+/// ... and at most (see [`batch_bytes`]).
+pub(crate) const MAX_BATCH_BYTES: usize = 1 << 30;
+
+/// The batch size for a replay into `pool`: an eighth of its cache, within
+/// [`BATCH_BYTES`]..=[`MAX_BATCH_BYTES`]. Once a table is larger than the cache, each batch
+/// sweeps most of its leaves through the pool (a batch's keys are spread over the whole key
+/// space), so the page traffic of a replay is about one sweep per batch: batches that grow
+/// with the cache make fewer sweeps, for at most a quarter of the cache in memory besides the
+/// pool (two batches are in flight).
+pub(crate) fn batch_bytes(pool: &Pool) -> usize {
+    if !pool.evicts() {
+        return BATCH_BYTES;
+    }
+    let cache = pool.capacity.saturating_mul(pool.page_size());
+    (cache / 8).clamp(BATCH_BYTES, MAX_BATCH_BYTES)
+}
 
 /// How many writes ahead of the one applied the bytes of one are prefetched.
 const PREFETCH_AHEAD: usize = 8;

@@ -153,3 +153,21 @@ fn a_tree_error_while_applying_is_returned_as_it_is() {
         faults.fail_reads.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Replay batches grow with the cache (one sweep of a table larger than the cache per batch),
+/// within their bounds; a pool that never evicts keeps the smallest.
+#[test]
+fn replay_batches_are_an_eighth_of_the_cache_within_bounds() {
+    use super::replay::{batch_bytes, BATCH_BYTES, MAX_BATCH_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let batch = |cache: u64| {
+        let config = crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(cache), huge_pages: false };
+        let pool = Pool::with_file(config, std::sync::Arc::new(crate::fs::StdFs), dir.path().join("pages")).unwrap();
+        batch_bytes(&pool)
+    };
+    assert_eq!(batch(64 << 20), BATCH_BYTES);
+    // (The pool keeps a few frames of its cache in reserve.)
+    assert!((120 << 20..=128 << 20).contains(&batch(1 << 30)), "{}", batch(1 << 30));
+    assert_eq!(batch(64 << 30), MAX_BATCH_BYTES);
+    assert_eq!(batch_bytes(&Pool::memory(4096, false)), BATCH_BYTES);
+}
