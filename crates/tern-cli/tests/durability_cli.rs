@@ -42,6 +42,7 @@ fn bad_durability_input_gets_clear_errors() {
         (&["bench", "open", "--records", "1000,0"][..], "--records must each be in 1..=2^36"),
         (&["bench", "open", "--log-bytes", "1KiB"][..], "--log-bytes must be in 4KiB..=1TiB"),
         (&["bench", "open", "--rounds", "0"][..], "--rounds must be in 1..=1000"),
+        (&["bench", "open", "--updates", "0"][..], "--updates must be in 1..=2^32"),
         (&["bench", "open", "--dir", not_a_dir][..], "not a directory"),
     ] {
         let (ok, _, stderr) = tern(args);

@@ -575,6 +575,7 @@ impl DbInner {
             Ok(Some(info)) => {
                 stats.written += 1;
                 stats.bytes += info.bytes;
+                stats.last_bytes = info.bytes;
                 stats.last_millis = info.millis;
                 note(
                     &d.dir,

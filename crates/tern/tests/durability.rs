@@ -107,6 +107,7 @@ fn checkpoints_run_beside_writers_and_the_log_is_trimmed() {
             if i == 1500 {
                 let info = db.checkpoint().unwrap().expect("something was logged");
                 assert!(info.entries > 0);
+                assert_eq!(db.stats().checkpoints.last_bytes, info.bytes, "the stats report each checkpoint's bytes");
             }
         }
         let stats = db.stats();

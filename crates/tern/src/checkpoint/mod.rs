@@ -46,8 +46,10 @@ pub struct CheckpointStats {
     pub written: u64,
     /// Checkpoints that failed (the log keeps everything; the next one tries again).
     pub failed: u64,
-    /// Bytes written.
+    /// Bytes written, by all of them.
     pub bytes: u64,
+    /// Bytes the last one wrote.
+    pub last_bytes: u64,
     /// How long the last one took, in milliseconds.
     pub last_millis: u64,
     /// The last failure.
