@@ -308,9 +308,16 @@ fn run_child(dir: &Path, mode: &str, acked: &[u64], wait: Duration) -> (Seen, Op
 /// acknowledged commit. The kill times are spread over how long a first open takes here
 /// (measured first), so the kills land inside it on any machine.
 fn first_opens(root: &Path, rounds: usize) {
-    let (_, opened_after) =
-        run_child(&root.join("measure"), "sync", &[0; THREADS as usize], Duration::from_millis(300));
-    let window = opened_after.expect("a child opens a fresh database within 300 ms").max(Duration::from_millis(1));
+    // A loaded machine opens more slowly: wait longer each time until a child has opened.
+    let window = [300, 1000, 3000, 10_000, 30_000]
+        .iter()
+        .enumerate()
+        .find_map(|(i, &ms)| {
+            let dir = root.join(format!("measure{i}"));
+            run_child(&dir, "sync", &[0; THREADS as usize], Duration::from_millis(ms)).1
+        })
+        .expect("a child opens a fresh database within 30 s")
+        .max(Duration::from_millis(1));
     let mut during_open = 0;
     for round in 0..rounds {
         let dir = root.join(format!("fresh{round}")).join("db");
