@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How running transactions are tracked: the A/B switch of the begin/commit path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,8 +314,10 @@ impl Db {
     fn start_checkpointer(&self) {
         let Some(d) = &self.inner.durable else { return };
         let (signal, db) = (d.signal.clone(), Arc::downgrade(&self.inner));
-        let spawned =
-            std::thread::Builder::new().name("tern-checkpoint".into()).spawn(move || checkpointer(signal, db));
+        let interval = self.inner.options.wal.checkpoint_interval;
+        let spawned = std::thread::Builder::new()
+            .name("tern-checkpoint".into())
+            .spawn(move || checkpointer(signal, db, interval));
         if let Ok(handle) = spawned {
             *d.checkpointer.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
         }
@@ -497,6 +499,9 @@ fn check_wal_config(config: &WalConfig) -> Result<()> {
             config.file_bytes
         )));
     }
+    if config.checkpoint_interval.is_some_and(|i| i < Duration::from_millis(1)) {
+        return Err(Error::InvalidArgument("a checkpoint interval must be at least 1 ms".into()));
+    }
     if let Durability::Periodic(every) = config.durability {
         if every.is_zero() {
             return Err(Error::InvalidArgument("a periodic flush interval must be above zero".into()));
@@ -515,14 +520,24 @@ fn note(dir: &Path, line: &str) {
     }
 }
 
-/// The checkpointer thread: waits to be asked (or stopped), checkpoints.
-fn checkpointer(signal: Arc<(StdMutex<(bool, bool)>, Condvar)>, db: Weak<DbInner>) {
+/// The checkpointer thread: waits to be asked (or stopped) or for `interval` to pass since its
+/// last checkpoint, checkpoints (which writes nothing if nothing was logged since the last).
+fn checkpointer(signal: Arc<(StdMutex<(bool, bool)>, Condvar)>, db: Weak<DbInner>, interval: Option<Duration>) {
     let (lock, cond) = &*signal;
     loop {
         {
+            let deadline = interval.map(|i| Instant::now() + i);
             let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
             while !state.0 && !state.1 {
-                state = cond.wait(state).unwrap_or_else(|p| p.into_inner());
+                let Some(deadline) = deadline else {
+                    state = cond.wait(state).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                };
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = cond.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
             }
             if state.1 {
                 return;

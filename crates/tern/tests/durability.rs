@@ -431,6 +431,46 @@ fn bad_options_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let bad = Options { wal: WalConfig { file_bytes: 10, ..WalConfig::default() }, ..options() };
     assert!(matches!(Db::open(dir.path(), bad), Err(Error::InvalidArgument(_))));
+    let zero = WalConfig { checkpoint_interval: Some(std::time::Duration::ZERO), ..WalConfig::default() };
+    let err = Db::open(dir.path(), Options { wal: zero, ..options() }).unwrap_err();
+    assert!(err.to_string().contains("checkpoint interval must be at least 1 ms"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_starts_on_its_own_once_the_interval_passes_if_anything_was_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    put(&db, b"a", b"1");
+    db.close().unwrap();
+    // Reopened with an interval: its last checkpoint covers everything, so a timed checkpoint
+    // writes something only once a commit is logged.
+    let every = WalConfig { checkpoint_interval: Some(std::time::Duration::from_millis(20)), ..WalConfig::default() };
+    let db = Db::open(dir.path(), Options { wal: every, ..options() }).unwrap();
+    let written = |db: &Db| db.stats().checkpoints.written;
+    let wait_for = |db: &Db, n: u64| {
+        // Behaviour, not timing: a generous bound, left as soon as it happens.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while written(db) < n {
+            assert!(std::time::Instant::now() < deadline, "no checkpoint by time: {:?}", db.stats().checkpoints);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(written(&db), 0, "nothing was logged: {:?}", db.stats().checkpoints);
+    put(&db, b"b", b"2");
+    wait_for(&db, 1);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(written(&db), 1, "nothing was logged since: {:?}", db.stats().checkpoints);
+    put(&db, b"c", b"3");
+    wait_for(&db, 2);
+    std::mem::forget(db);
+    let copy = copy_dir(dir.path());
+    let db = Db::open(copy.path(), options()).unwrap();
+    assert_eq!(db.stats().recovery.unwrap().records_replayed, 0, "the timed checkpoints covered every commit");
+    assert_eq!(
+        (get(&db, b"a"), get(&db, b"b"), get(&db, b"c")),
+        (Some(b"1".to_vec()), Some(b"2".to_vec()), Some(b"3".to_vec()))
+    );
 }
 
 #[test]

@@ -75,6 +75,12 @@ pub struct WalConfig {
     pub file_bytes: u64,
     /// A checkpoint starts on its own once this much log was written since the last.
     pub checkpoint_bytes: u64,
+    /// A checkpoint also starts on its own once this long has passed since the last, if
+    /// anything was logged meanwhile. Off (`None`) by default: a checkpoint still writes the
+    /// whole database, so on a large database a short interval costs a full write each time
+    /// for a trickle of commits (`checkpoint_bytes` already bounds the log to replay). At
+    /// least 1 ms.
+    pub checkpoint_interval: Option<Duration>,
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
     pub checkpoint_on_close: bool,
@@ -86,6 +92,7 @@ impl Default for WalConfig {
             durability: Durability::Sync,
             file_bytes: 64 << 20,
             checkpoint_bytes: 256 << 20,
+            checkpoint_interval: None,
             checkpoint_on_close: true,
         }
     }
