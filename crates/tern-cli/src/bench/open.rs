@@ -18,10 +18,10 @@
 
 use super::dist::mix64;
 use super::harness;
-use super::recovery::{evict, parse_bytes, value_of};
+use super::recovery::{check_log_args, check_record, evict, parse_bytes, value_of};
 use super::report::{emit, Record};
 use super::runner::round3;
-use super::workload::{check_value, key_of};
+use super::workload::key_of;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -91,22 +91,10 @@ impl OpenArgs {
         if self.records.is_empty() || self.records.iter().any(|&n| n == 0 || n > 1 << 36) {
             return Err(format!("--records must each be in 1..=2^36, got {:?}", self.records));
         }
-        if !(16..=1 << 20).contains(&self.value_bytes) {
-            return Err(format!("--value-bytes must be in 16..=1048576, got {}", self.value_bytes));
-        }
         if self.updates == 0 || self.updates > 1 << 32 {
             return Err(format!("--updates must be in 1..=2^32, got {}", self.updates));
         }
-        if !(4096..=1 << 40).contains(&self.log_bytes) {
-            return Err(format!("--log-bytes must be in 4KiB..=1TiB, got {}", self.log_bytes));
-        }
-        if self.rounds == 0 || self.rounds > 1000 {
-            return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
-        }
-        if let Some(dir) = &self.dir {
-            super::driver::check_dir(dir)?;
-        }
-        Ok(())
+        check_log_args(self.log_bytes, self.value_bytes, self.rounds, self.dir.as_deref())
     }
 }
 
@@ -457,17 +445,9 @@ fn check_records(db: &Db, args: &OpenArgs, expect: &Expect) -> Result<(), String
     let n = expect.records;
     let step = (n / 1000).max(1);
     let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let (mut key, mut got) = ([0u8; KEY_SIZE], Vec::new());
     let updated = expect.updated.iter().copied().take(1000);
     for r in (0..n).step_by(step as usize).chain(updated) {
-        let pass = expect.pass(r);
-        if !txn.get_into(key_of(r, KEY_SIZE, &mut key), &mut got).map_err(|e| e.to_string())? {
-            return Err(format!("after the open, record {r} is missing"));
-        }
-        let stamp = got.get(got.len().saturating_sub(8)..).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-        if !check_value(r, &got, args.value_bytes) || stamp != Some(pass) {
-            return Err(format!("after the open, record {r} does not hold its last write (pass {pass})"));
-        }
+        check_record(&txn, r, expect.pass(r), args.value_bytes)?;
     }
     Ok(())
 }

@@ -98,24 +98,35 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// The checks `bench recovery` and `bench open` share: `--log-bytes`, `--value-bytes`,
+/// `--rounds`, `--dir`.
+pub(super) fn check_log_args(
+    log_bytes: u64,
+    value_bytes: usize,
+    rounds: usize,
+    dir: Option<&Path>,
+) -> Result<(), String> {
+    if !(4096..=1 << 40).contains(&log_bytes) {
+        return Err(format!("--log-bytes must be in 4KiB..=1TiB, got {log_bytes}"));
+    }
+    if !(16..=1 << 20).contains(&value_bytes) {
+        return Err(format!("--value-bytes must be in 16..=1048576, got {value_bytes}"));
+    }
+    if rounds == 0 || rounds > 1000 {
+        return Err(format!("--rounds must be in 1..=1000, got {rounds}"));
+    }
+    match dir {
+        Some(dir) => super::driver::check_dir(dir),
+        None => Ok(()),
+    }
+}
+
 impl RecoveryArgs {
     fn validate(&self) -> Result<(), String> {
-        if !(4096..=1 << 40).contains(&self.log_bytes) {
-            return Err(format!("--log-bytes must be in 4KiB..=1TiB, got {}", self.log_bytes));
-        }
         if self.records == 0 || self.records > 1 << 40 {
             return Err(format!("--records must be in 1..=2^40, got {}", self.records));
         }
-        if !(16..=1 << 20).contains(&self.value_bytes) {
-            return Err(format!("--value-bytes must be in 16..=1048576, got {}", self.value_bytes));
-        }
-        if self.rounds == 0 || self.rounds > 1000 {
-            return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
-        }
-        if let Some(dir) = &self.dir {
-            super::driver::check_dir(dir)?;
-        }
-        Ok(())
+        check_log_args(self.log_bytes, self.value_bytes, self.rounds, self.dir.as_deref())
     }
 
     fn options(&self) -> Options {
@@ -291,18 +302,23 @@ fn check_records(db: &Db, args: &RecoveryArgs, commits: u64) -> Result<(), Strin
     let step = (n / 1000).max(1);
     let last = (commits - 1) % args.records;
     let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let (mut key, mut got) = ([0u8; KEY_SIZE], Vec::new());
     for r in (0..n).step_by(step as usize).chain([last]) {
         // Record r was last written by the final pass if it came before the last write in it.
         let passes = commits / args.records + u64::from(r < commits % args.records);
-        let pass = passes - 1;
-        if !txn.get_into(key_of(r, KEY_SIZE, &mut key), &mut got).map_err(|e| e.to_string())? {
-            return Err(format!("after recovery, record {r} is missing"));
-        }
-        let stamp = got.get(got.len().saturating_sub(8)..).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-        if !check_value(r, &got, args.value_bytes) || stamp != Some(pass) {
-            return Err(format!("after recovery, record {r} does not hold its last write (pass {pass})"));
-        }
+        check_record(&txn, r, passes - 1, args.value_bytes)?;
+    }
+    Ok(())
+}
+
+/// Record `r` must hold the value [`value_of`] gives it in pass `pass`.
+pub(super) fn check_record(txn: &tern::Txn<'_>, r: u64, pass: u64, value_bytes: usize) -> Result<(), String> {
+    let (mut key, mut got) = ([0u8; KEY_SIZE], Vec::new());
+    if !txn.get_into(key_of(r, KEY_SIZE, &mut key), &mut got).map_err(|e| e.to_string())? {
+        return Err(format!("after the open, record {r} is missing"));
+    }
+    let stamp = got.get(got.len().saturating_sub(8)..).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    if !check_value(r, &got, value_bytes) || stamp != Some(pass) {
+        return Err(format!("after the open, record {r} does not hold its last write (pass {pass})"));
     }
     Ok(())
 }
