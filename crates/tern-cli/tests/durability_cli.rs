@@ -39,6 +39,7 @@ fn bad_durability_input_gets_clear_errors() {
         (&["bench", "recovery", "--value-bytes", "8"][..], "--value-bytes must be in 16..=1048576"),
         (&["bench", "recovery", "--records", "0"][..], "--records must be in 1..=2^40"),
         (&["bench", "recovery", "--dir", not_a_dir][..], "not a directory"),
+        (&["bench", "recovery", "--replay-batch", "auto,1KiB"][..], "a replay batch must be at least 1MiB"),
         (&["bench", "open", "--records", "1000,0"][..], "--records must each be in 1..=2^36"),
         (&["bench", "open", "--log-bytes", "1KiB"][..], "--log-bytes must be in 4KiB..=1TiB"),
         (&["bench", "open", "--rounds", "0"][..], "--rounds must be in 1..=1000"),
@@ -191,4 +192,23 @@ fn open_reports_each_phase_and_replays_what_the_killed_child_committed() {
     assert!(ckpt["checkpoint_bytes"].as_u64().unwrap() > 0 && ckpt["db_bytes"].as_u64().unwrap() > 0, "{ckpt}");
     assert!(stderr.contains("open after kill -9") && stderr.contains("open after clean"), "{stderr}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the database directories are removed");
+}
+
+#[test]
+fn recovery_compares_replay_batch_sizes_on_one_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench", "recovery", "--log-bytes", "512KiB", "--records", "500", "--rounds", "2"];
+    let extra = ["--replay-batch", "auto,1MiB", "--json", "--dir", dir.path().to_str().unwrap()];
+    let (ok, stdout, stderr) = tern(&[&args[..], &extra[..]].concat());
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    let variants: Vec<&str> = lines.iter().map(|l| l["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["tern", "tern batch=auto", "tern batch=1MiB"], "{lines:#?}");
+    for l in &lines[1..] {
+        assert_eq!(
+            (l["rounds"].as_u64(), &l["ops"]),
+            (Some(2), &lines[0]["ops"]),
+            "each size replays every commit: {l}"
+        );
+    }
 }

@@ -230,7 +230,7 @@ impl Db {
             huge_pages: options.tree.huge_pages,
         };
         let pool = Pool::with_file(pool_config, fs.clone(), dir.join(PAGE_FILE))?;
-        let recovered = recovery::recover(&*fs, dir, options.tree, &pool, true)?;
+        let recovered = recovery::recover(&*fs, dir, options.tree, &pool, true, options.wal.replay_batch_bytes)?;
         if stored.is_none() {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
@@ -498,6 +498,9 @@ fn check_wal_config(config: &WalConfig) -> Result<()> {
             "log files of {} bytes are too small (at least 4096)",
             config.file_bytes
         )));
+    }
+    if config.replay_batch_bytes.is_some_and(|b| b < 1 << 20) {
+        return Err(Error::InvalidArgument("a replay batch must be at least 1 MiB".into()));
     }
     if config.checkpoint_interval.is_some_and(|i| i < Duration::from_millis(1)) {
         return Err(Error::InvalidArgument("a checkpoint interval must be at least 1 ms".into()));

@@ -431,6 +431,9 @@ fn bad_options_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let bad = Options { wal: WalConfig { file_bytes: 10, ..WalConfig::default() }, ..options() };
     assert!(matches!(Db::open(dir.path(), bad), Err(Error::InvalidArgument(_))));
+    let tiny = WalConfig { replay_batch_bytes: Some(1000), ..WalConfig::default() };
+    let err = Db::open(dir.path(), Options { wal: tiny, ..options() }).unwrap_err();
+    assert!(err.to_string().contains("a replay batch must be at least 1 MiB"), "{err}");
     let zero = WalConfig { checkpoint_interval: Some(std::time::Duration::ZERO), ..WalConfig::default() };
     let err = Db::open(dir.path(), Options { wal: zero, ..options() }).unwrap_err();
     assert!(err.to_string().contains("checkpoint interval must be at least 1 ms"), "{err}");

@@ -57,9 +57,39 @@ pub struct RecoveryArgs {
     /// Evict the log files from the page cache before each reopen.
     #[arg(long)]
     pub cold: bool,
+    /// Replay batch sizes to compare (`WalConfig::replay_batch_bytes`), comma-separated:
+    /// `auto` (an eighth of the cache, 32 MiB..=1 GiB) or a size of at least 1MiB. Each round
+    /// reopens once per size, in alternating order.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = parse_batch, value_name = "auto|BYTES,..")]
+    pub replay_batch: Vec<Batch>,
     /// Print one JSON object per result on stdout (JSON Lines); the tables go to stderr.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A replay batch size: `None` is tern's own choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch(pub Option<u64>);
+
+impl std::fmt::Display for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            None => write!(f, "auto"),
+            Some(b) if b % (1 << 20) == 0 => write!(f, "{}MiB", b >> 20),
+            Some(b) => write!(f, "{b}B"),
+        }
+    }
+}
+
+fn parse_batch(text: &str) -> Result<Batch, String> {
+    if text.trim() == "auto" {
+        return Ok(Batch(None));
+    }
+    let bytes = parse_bytes(text)?;
+    if bytes < 1 << 20 {
+        return Err(format!("a replay batch must be at least 1MiB, got {text:?}"));
+    }
+    Ok(Batch(Some(bytes)))
 }
 
 /// The key size of the records (YCSB's default in `tern bench ycsb`).
@@ -149,6 +179,7 @@ struct Written {
 }
 
 /// One reopen.
+#[derive(Clone)]
 struct Replay {
     records: u64,
     bytes: u64,
@@ -173,22 +204,28 @@ pub fn run(args: &RecoveryArgs) -> Result<(), String> {
     }
     let mut replays = Vec::new();
     for round in 0..args.rounds {
-        if harness::interrupted() {
-            break;
+        let mut order: Vec<usize> = (0..args.replay_batch.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
         }
-        if args.cold {
-            evict(&path, "wal-")?;
+        for v in order {
+            if harness::interrupted() {
+                break;
+            }
+            if args.cold {
+                evict(&path, "wal-")?;
+            }
+            let replay = reopen(args, &path, written.commits, args.replay_batch[v])?;
+            if replay.records != written.commits {
+                return Err(format!(
+                    "round {}: replayed {} records, but {} were committed",
+                    round + 1,
+                    replay.records,
+                    written.commits
+                ));
+            }
+            replays.push((v, replay));
         }
-        let replay = reopen(args, &path, written.commits)?;
-        if replay.records != written.commits {
-            return Err(format!(
-                "round {}: replayed {} records, but {} were committed",
-                round + 1,
-                replay.records,
-                written.commits
-            ));
-        }
-        replays.push(replay);
     }
     if replays.is_empty() {
         return Ok(());
@@ -275,9 +312,11 @@ pub(super) fn evict(path: &Path, prefix: &str) -> Result<(), String> {
 
 /// Reopens the database, times the replay, checks a sample of records, closes it again
 /// (without a checkpoint: the next reopen replays the same log).
-fn reopen(args: &RecoveryArgs, path: &Path, commits: u64) -> Result<Replay, String> {
+fn reopen(args: &RecoveryArgs, path: &Path, commits: u64, batch: Batch) -> Result<Replay, String> {
+    let mut options = args.options();
+    options.wal.replay_batch_bytes = batch.0;
     let start = Instant::now();
-    let db = Db::open(path, args.options()).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+    let db = Db::open(path, options).map_err(|e| format!("reopening {}: {e}", path.display()))?;
     let open_secs = start.elapsed().as_secs_f64();
     let stats = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
     check_records(&db, args, commits)?;
@@ -332,7 +371,7 @@ fn median_by<T>(items: &[T], key: impl Fn(&T) -> f64) -> (f64, f64, f64) {
 }
 
 /// The write record, the replay record, and the notes.
-fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -> (Vec<Record>, Vec<String>) {
+fn report(args: &RecoveryArgs, w: &Written, all: &[(usize, Replay)], parent: &Path) -> (Vec<Record>, Vec<String>) {
     let cache = if args.cold { "cold" } else { "warm" };
     let params = |phase: &str| -> Map<String, Value> {
         let mut p = Map::new();
@@ -350,6 +389,46 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
     write_extra.insert("durability".into(), json!("nosync"));
     write_extra.insert("fairness".into(), json!(1.0));
     let write = Record::single("recovery", "tern".into(), 1, params("write"), w.commits, w.secs, write_extra);
+    let mut notes = vec![
+        format!(
+            "\nwrite: {} commits, {} MiB of log in {} file(s), {:.2} s: {} commits/s, {:.1} MB/s (NoSync, one thread)",
+            w.commits,
+            w.log_bytes >> 20,
+            w.log_files,
+            w.secs,
+            si(write.ops_per_sec),
+            mb(w.log_bytes, w.secs)
+        ),
+        "replay (MB = 10^6 bytes; recovery's own clock for reading and applying the log, and the wall time of \
+         Db::open; two threads: the opening one reads, tern-replay applies sorted batches):"
+            .into(),
+    ];
+    let mut records = vec![write];
+    for (v, batch) in args.replay_batch.iter().enumerate() {
+        let replays: Vec<Replay> = all.iter().filter(|(i, _)| *i == v).map(|(_, r)| r.clone()).collect();
+        if replays.is_empty() {
+            continue;
+        }
+        let variant = match args.replay_batch.as_slice() {
+            [Batch(None)] => "tern".to_string(),
+            _ => format!("tern batch={batch}"),
+        };
+        let (record, lines) = replay_record(w, &replays, variant, &params);
+        records.push(record);
+        notes.extend(lines);
+    }
+    notes.push(format!("database under {}", parent.display()));
+    (records, notes)
+}
+
+/// One batch size's replays: the median record and a line per round.
+fn replay_record(
+    w: &Written,
+    replays: &[Replay],
+    variant: String,
+    params: &dyn Fn(&str) -> Map<String, Value>,
+) -> (Record, Vec<String>) {
+    let mb = |bytes: u64, secs: f64| bytes as f64 / 1e6 / secs.max(1e-9);
     // The median replay by recovery's own time.
     let mut order: Vec<&Replay> = replays.iter().collect();
     order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
@@ -373,25 +452,12 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
         max_ops_per_sec: max_rate,
         rounds: replays.len(),
         // The opening thread reads the log while tern's replay thread applies it.
-        ..Record::single("recovery", "tern".into(), 2, params("replay"), mid.records, mid.secs, extra)
+        ..Record::single("recovery", variant.clone(), 2, params("replay"), mid.records, mid.secs, extra)
     };
-    let mut notes = vec![
-        format!(
-            "\nwrite: {} commits, {} MiB of log in {} file(s), {:.2} s: {} commits/s, {:.1} MB/s (NoSync, one thread)",
-            w.commits,
-            w.log_bytes >> 20,
-            w.log_files,
-            w.secs,
-            si(write.ops_per_sec),
-            mb(w.log_bytes, w.secs)
-        ),
-        "replay (MB = 10^6 bytes; recovery's own clock for reading and applying the log, and the wall time of \
-         Db::open; two threads: the opening one reads, tern-replay applies sorted batches):"
-            .into(),
-    ];
+    let mut notes = Vec::new();
     for (i, r) in replays.iter().enumerate() {
         notes.push(format!(
-            "  round {}: {} records, {:.1} MiB in {} file(s): {:.3} s, {:.1} MB/s, {} records/s; Db::open {:.3} s \
+            "  {variant} round {}: {} records, {:.1} MiB in {} file(s): {:.3} s, {:.1} MB/s, {} records/s; Db::open {:.3} s \
              ({:.1} MB/s){}",
             i + 1,
             r.records,
@@ -405,8 +471,8 @@ fn report(args: &RecoveryArgs, w: &Written, replays: &[Replay], parent: &Path) -
             if r.torn_tail { "; a torn tail was cut" } else { "" }
         ));
     }
-    notes.push(format!("median: {mb_rate:.1} MB/s, {} records/s; database under {}", si(rate), parent.display()));
-    (vec![write, replay], notes)
+    notes.push(format!("  {variant} median: {mb_rate:.1} MB/s, {} records/s", si(rate)));
+    (replay, notes)
 }
 
 #[cfg(test)]

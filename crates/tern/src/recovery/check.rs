@@ -94,7 +94,7 @@ pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeCo
         huge_pages: config.huge_pages,
     };
     let result = Pool::with_file(pool_config, Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE))
-        .and_then(|pool| recover(&fs, dir, config, &pool, false))
+        .and_then(|pool| recover(&fs, dir, config, &pool, false, None))
         .and_then(|recovered| f(&recovered, config));
     let _ = std::fs::remove_dir_all(&scratch);
     result

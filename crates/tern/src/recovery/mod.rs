@@ -110,13 +110,15 @@ pub(crate) struct Recovered {
 }
 
 /// Recovers the database in `dir`. With `repair`, leftovers are deleted and a torn tail cut;
-/// without (`tern check`), nothing is changed.
+/// without (`tern check`), nothing is changed. `batch_bytes`: the replay's batch size
+/// (`None`: [`replay::batch_bytes`] of the pool).
 pub(crate) fn recover(
     fs: &dyn Fs,
     dir: &Path,
     config: TreeConfig,
     pool: &Arc<Pool>,
     repair: bool,
+    batch_bytes: Option<u64>,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut stats = RecoveryStats::default();
@@ -149,7 +151,8 @@ pub(crate) fn recover(
     }
     stats.checkpoint_millis = loading.elapsed().as_millis() as u64;
     let replaying = Instant::now();
-    let log = replay::replay(&mut tables, snapshot, config, pool, replay::batch_bytes(pool), |r| {
+    let batch = batch_bytes.map_or_else(|| replay::batch_bytes(pool), |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let log = replay::replay(&mut tables, snapshot, config, pool, batch, |r| {
         scan(fs, dir, lsn, repair, |record| r.record(record))
     })?;
     stats.replay_millis = replaying.elapsed().as_millis() as u64;

@@ -81,6 +81,11 @@ pub struct WalConfig {
     /// for a trickle of commits (`checkpoint_bytes` already bounds the log to replay). At
     /// least 1 ms.
     pub checkpoint_interval: Option<Duration>,
+    /// Log replay at open sorts and applies the log in batches of this many bytes of keys and
+    /// values (two in flight, memory besides the cache). `None`: an eighth of
+    /// [`Options::cache_bytes`](crate::Options::cache_bytes), within 32 MiB..=1 GiB (larger
+    /// batches sweep a table larger than the cache fewer times). At least 1 MiB.
+    pub replay_batch_bytes: Option<u64>,
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
     pub checkpoint_on_close: bool,
@@ -93,6 +98,7 @@ impl Default for WalConfig {
             file_bytes: 64 << 20,
             checkpoint_bytes: 256 << 20,
             checkpoint_interval: None,
+            replay_batch_bytes: None,
             checkpoint_on_close: true,
         }
     }
