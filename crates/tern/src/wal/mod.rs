@@ -281,8 +281,9 @@ impl Wal {
         });
         wal.counters.files_created.fetch_add(1, Relaxed);
         // Files a checkpoint covered before the last close or crash go now, not at the next
-        // checkpoint: the next open need not look at them.
-        wal.remove_covered(checkpoint_lsn)?;
+        // checkpoint: the next open need not look at them. Best effort: they hold nothing the
+        // database needs, and the next checkpoint tries again.
+        let _ = wal.remove_covered(checkpoint_lsn);
         // The flusher also covers transactions that chose `Periodic` in a database whose
         // default is not.
         wal.start_flusher(match config.durability {
