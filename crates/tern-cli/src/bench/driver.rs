@@ -1024,7 +1024,14 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
     for t in threads {
         let at: Vec<&Record> = records.iter().filter(|r| r.threads == t).collect();
         let tern = at.iter().find(|r| r.variant == "tern");
-        let best = at.iter().filter(|r| r.variant != "tern").max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        // A peer that measured nothing (its worker died, say) is no best peer.
+        let best = at
+            .iter()
+            .filter(|r| r.variant != "tern" && r.ops_per_sec > 0.0)
+            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        if let (Some(tern), None) = (tern, best) {
+            lines.push(format!("  {t} thread(s): tern {} ops/s, no peer measured", si(tern.ops_per_sec)));
+        }
         if let (Some(tern), Some(best)) = (tern, best) {
             lines.push(format!(
                 "  {t} thread(s): tern {} ops/s, best peer {} {} ops/s: tern / best peer = {:.2}x (medians)",
@@ -1039,4 +1046,22 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         lines.insert(0, "\nkey ratios:".into());
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{key_ratios, Record};
+    use serde_json::Map;
+
+    fn at(variant: &str, threads: usize, ops: u64) -> Record {
+        Record::single("compare", variant.into(), threads, Map::new(), ops, 1.0, Map::new())
+    }
+
+    #[test]
+    fn a_peer_that_measured_nothing_is_not_the_best_peer() {
+        let lines = key_ratios(&[at("tern", 1, 100), at("lmdb", 1, 50), at("rocksdb", 1, 0)]);
+        assert!(lines[1].contains("best peer lmdb") && lines[1].contains("2.00x"), "{lines:?}");
+        let lines = key_ratios(&[at("tern", 2, 100), at("rocksdb", 2, 0)]);
+        assert!(lines[1].contains("no peer measured") && !lines[1].contains("inf"), "{lines:?}");
+    }
 }
