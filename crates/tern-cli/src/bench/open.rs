@@ -18,7 +18,7 @@
 
 use super::dist::mix64;
 use super::harness;
-use super::recovery::{check_log_args, check_record, evict, parse_bytes, value_of};
+use super::recovery::{check_log_args, check_record, evict, nosync_options, parse_bytes, value_of};
 use super::report::{emit, Record};
 use super::runner::round3;
 use super::workload::key_of;
@@ -28,7 +28,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-use tern::{Db, Durability, Options, WalConfig};
+use tern::{Db, Options};
 
 const LONG_ABOUT: &str = "\
 Measures what opening a tern database costs. For each --records size, in a fresh directory:
@@ -101,13 +101,7 @@ impl OpenArgs {
 /// Options for every phase: NoSync commits, no automatic checkpoint; `close_checkpoint` only
 /// for the load (the reopens must find the same files every round).
 fn options(close_checkpoint: bool) -> Options {
-    let wal = WalConfig {
-        durability: Durability::NoSync,
-        checkpoint_bytes: u64::MAX,
-        checkpoint_on_close: close_checkpoint,
-        ..WalConfig::default()
-    };
-    Options { wal, ..Options::default() }
+    nosync_options(close_checkpoint)
 }
 
 /// One timed open.

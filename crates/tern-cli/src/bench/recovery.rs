@@ -160,14 +160,20 @@ impl RecoveryArgs {
     }
 
     fn options(&self) -> Options {
-        let wal = WalConfig {
-            durability: Durability::NoSync,
-            checkpoint_bytes: u64::MAX,
-            checkpoint_on_close: false,
-            ..WalConfig::default()
-        };
-        Options { wal, ..Options::default() }
+        nosync_options(false)
     }
+}
+
+/// NoSync commits and no automatic checkpoint (so the log stays to be replayed); a checkpoint
+/// at close only with `close_checkpoint`. `bench recovery` and `bench open` run with these.
+pub(super) fn nosync_options(close_checkpoint: bool) -> Options {
+    let wal = WalConfig {
+        durability: Durability::NoSync,
+        checkpoint_bytes: u64::MAX,
+        checkpoint_on_close: close_checkpoint,
+        ..WalConfig::default()
+    };
+    Options { wal, ..Options::default() }
 }
 
 /// What writing the log did.
