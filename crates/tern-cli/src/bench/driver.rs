@@ -1029,17 +1029,18 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
             .iter()
             .filter(|r| r.variant != "tern" && r.ops_per_sec > 0.0)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-        if let (Some(tern), None) = (tern, best) {
-            lines.push(format!("  {t} thread(s): tern {} ops/s, no peer measured", si(tern.ops_per_sec)));
-        }
-        if let (Some(tern), Some(best)) = (tern, best) {
-            lines.push(format!(
+        match (tern, best) {
+            (Some(tern), None) => {
+                lines.push(format!("  {t} thread(s): tern {} ops/s, no peer measured", si(tern.ops_per_sec)))
+            }
+            (Some(tern), Some(best)) => lines.push(format!(
                 "  {t} thread(s): tern {} ops/s, best peer {} {} ops/s: tern / best peer = {:.2}x (medians)",
                 si(tern.ops_per_sec),
                 best.variant,
                 si(best.ops_per_sec),
                 tern.ops_per_sec / best.ops_per_sec
-            ));
+            )),
+            (None, _) => {}
         }
     }
     if !lines.is_empty() {

@@ -364,13 +364,20 @@ impl Wal {
             self.group.set_durable(end);
         }
         if full {
-            let seq = io.seq + 1;
-            io.file = new_file(&*self.fs, &self.dir, seq, end)?;
-            io.seq = seq;
-            io.file_bytes = HEADER as u64;
-            self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, end));
-            self.counters.files_created.fetch_add(1, Relaxed);
+            self.next_file(io, end)?;
         }
+        Ok(())
+    }
+
+    /// Closes the current file and starts the next one at LSN `start` (under the `io` latch,
+    /// with everything before `start` written to the current file).
+    fn next_file(&self, io: &mut Io, start: u64) -> Result<()> {
+        let seq = io.seq + 1;
+        io.file = new_file(&*self.fs, &self.dir, seq, start)?;
+        io.seq = seq;
+        io.file_bytes = HEADER as u64;
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, start));
+        self.counters.files_created.fetch_add(1, Relaxed);
         Ok(())
     }
 
@@ -426,13 +433,7 @@ impl Wal {
         if io.file_bytes == HEADER as u64 || self.group.written() != lsn || self.tail.lock().end != lsn {
             return Ok(());
         }
-        let seq = io.seq + 1;
-        io.file = new_file(&*self.fs, &self.dir, seq, lsn)?;
-        io.seq = seq;
-        io.file_bytes = HEADER as u64;
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, lsn));
-        self.counters.files_created.fetch_add(1, Relaxed);
-        Ok(())
+        self.next_file(&mut io, lsn)
     }
 
     /// Deletes the log files wholly before `lsn` (a durable checkpoint replays from there).
