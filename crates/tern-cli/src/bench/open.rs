@@ -28,7 +28,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-use tern::{Db, Options};
+use tern::Db;
 
 const LONG_ABOUT: &str = "\
 Measures what opening a tern database costs. For each --records size, in a fresh directory:
@@ -96,12 +96,6 @@ impl OpenArgs {
         }
         check_log_args(self.log_bytes, self.value_bytes, self.rounds, self.dir.as_deref())
     }
-}
-
-/// Options for every phase: NoSync commits, no automatic checkpoint; `close_checkpoint` only
-/// for the load (the reopens must find the same files every round).
-fn options(close_checkpoint: bool) -> Options {
-    nosync_options(close_checkpoint)
 }
 
 /// One timed open.
@@ -246,10 +240,11 @@ fn one_size(
     Ok(())
 }
 
-/// Inserts records `0..n` (pass 0) and closes the database; returns the load's and the close's
-/// seconds.
+/// Inserts records `0..n` (pass 0) and closes the database (the only phase whose close
+/// checkpoints: the reopens must find the same files every round); returns the load's and the
+/// close's seconds.
 fn load(args: &OpenArgs, n: u64, path: &Path) -> Result<(f64, f64), String> {
-    let db = Db::open(path, options(true)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, nosync_options(true)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     let start = Instant::now();
     let mut r = 0;
@@ -283,7 +278,7 @@ fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect) -> Result<Vec<Op
             evict(path, "")?;
         }
         let start = Instant::now();
-        let db = Db::open(path, options(false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+        let db = Db::open(path, nosync_options(false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
         let secs = start.elapsed().as_secs_f64();
         let r = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
         check_records(&db, args, expect)?;
@@ -357,7 +352,7 @@ fn open_record(
 /// Updates `args.updates` random records (pass 1, one per transaction), then checkpoints;
 /// returns the checkpoint's seconds and bytes written.
 fn update_and_checkpoint(args: &OpenArgs, n: u64, path: &Path, expect: &mut Expect) -> Result<(f64, u64), String> {
-    let db = Db::open(path, options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, nosync_options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     for i in 0..args.updates {
         let r = mix64(i ^ 0x5eed) % n;
@@ -413,7 +408,7 @@ fn crash(args: &OpenArgs, n: u64, path: &Path) -> Result<(u64, u64), String> {
 /// `log_bytes`, says `ready <commits> <log bytes>`, and waits for its SIGKILL.
 fn crash_child(args: &OpenArgs, path: &Path) -> Result<(), String> {
     let n = args.records[0];
-    let db = Db::open(path, options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, nosync_options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     let log_bytes = |db: &Db| db.stats().wal.map_or(0, |w| w.bytes);
     let mut commits = 0u64;

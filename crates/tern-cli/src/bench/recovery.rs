@@ -158,10 +158,6 @@ impl RecoveryArgs {
         }
         check_log_args(self.log_bytes, self.value_bytes, self.rounds, self.dir.as_deref())
     }
-
-    fn options(&self) -> Options {
-        nosync_options(false)
-    }
 }
 
 /// NoSync commits and no automatic checkpoint (so the log stays to be replayed); a checkpoint
@@ -262,7 +258,7 @@ pub(super) fn value_of(r: u64, pass: u64, value: &mut [u8]) {
 /// Writes the log: commits until it holds `args.log_bytes`, then closes the database (no
 /// checkpoint).
 fn write_log(args: &RecoveryArgs, path: &Path) -> Result<Written, String> {
-    let db = Db::open(path, args.options()).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, nosync_options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let progress = ProgressBar::new(args.log_bytes);
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}")
@@ -319,7 +315,7 @@ pub(super) fn evict(path: &Path, prefix: &str) -> Result<(), String> {
 /// Reopens the database, times the replay, checks a sample of records, closes it again
 /// (without a checkpoint: the next reopen replays the same log).
 fn reopen(args: &RecoveryArgs, path: &Path, commits: u64, batch: Batch) -> Result<Replay, String> {
-    let mut options = args.options();
+    let mut options = nosync_options(false);
     options.wal.replay_batch_bytes = batch.0;
     let start = Instant::now();
     let db = Db::open(path, options).map_err(|e| format!("reopening {}: {e}", path.display()))?;
