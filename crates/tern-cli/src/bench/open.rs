@@ -208,10 +208,11 @@ fn one_size(
     // 3. Random updates, then one checkpoint.
     let (ckpt_secs, ckpt_bytes) = update_and_checkpoint(args, n, path, &mut expect)?;
     let db_bytes = dir_bytes(path)?;
+    let percent = 100.0 * ckpt_bytes as f64 / db_bytes.max(1) as f64;
     let mut extra = Map::new();
     extra.insert("checkpoint_bytes".into(), json!(ckpt_bytes));
     extra.insert("db_bytes".into(), json!(db_bytes));
-    extra.insert("percent_of_db".into(), round3(100.0 * ckpt_bytes as f64 / db_bytes.max(1) as f64));
+    extra.insert("percent_of_db".into(), round3(percent));
     extra.insert("fairness".into(), json!(1.0));
     out.push(Record::single("open", "tern".into(), 1, params("checkpoint"), args.updates, ckpt_secs, extra));
     notes.push(format!(
@@ -219,7 +220,7 @@ fn one_size(
          on disk",
         args.updates,
         ckpt_bytes as f64 / (1 << 20) as f64,
-        100.0 * ckpt_bytes as f64 / db_bytes.max(1) as f64,
+        percent,
         db_bytes as f64 / (1 << 20) as f64
     ));
     if harness::interrupted() {
