@@ -23,8 +23,16 @@ pub fn run(cmd: CheckCmd) -> Result<(), String> {
     println!("{}: ok", cmd.path.display());
     println!("  checkpoint   {}", r.checkpoint.as_deref().unwrap_or("(none)"));
     if r.checkpoint.is_some() {
-        println!("               snapshot {}, {} entries", r.checkpoint_snapshot, r.checkpoint_entries);
+        if r.checkpoint_pages > 0 {
+            println!("               snapshot {}, {} pages", r.checkpoint_snapshot, r.checkpoint_pages);
+        } else {
+            println!("               snapshot {}, {} entries", r.checkpoint_snapshot, r.checkpoint_entries);
+        }
     }
+    println!(
+        "  pages        {} blocks checked; {} pages allocated, {} in tables",
+        report.pages_checked, report.pages_live, report.pages_in_tables
+    );
     println!("  log          {} files: {}", report.log_files.len(), report.log_files.join(" "));
     println!("               {} records ({} bytes) after the checkpoint", r.records_replayed, r.bytes_replayed);
     match &r.torn_tail {

@@ -25,14 +25,20 @@ struct Compacted {
     bytes_after: u64,
     /// Log records replayed by the open (folded into the new checkpoint).
     records_replayed: u64,
-    /// The checkpoint written, if anything was logged since the last one.
+    /// The checkpoint the log was folded into, if anything was logged since the last one.
     checkpoint: Option<String>,
-    entries: Option<u64>,
+    /// Entries in the rewritten database.
+    entries: u64,
     millis: u64,
 }
 
-/// Opens the database (recovering it), writes a checkpoint of everything in it and closes it:
-/// the log is folded into the checkpoint and deleted, and the scratch page file removed.
+/// Compacts the database offline in two steps. First it opens it (replaying the log), writes a
+/// checkpoint and closes it: the log is folded into the checkpoint and deleted. Then it copies
+/// every entry into a new database beside it (`.<name>.compact-<pid>`: pages loaded full, in
+/// key order, one page checkpoint), and swaps the two directories (the old one is renamed to
+/// `.<name>.old-<pid>`, the new one into place, then the old one removed). A failure before the
+/// swap leaves the database as it was; a crash between the two renames leaves it whole under
+/// `.<name>.compact-<pid>`, which the error message names.
 pub fn run(cmd: CompactCmd) -> Result<(), String> {
     let path = &cmd.path;
     let shown = path.display();
@@ -48,13 +54,14 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
     let records_replayed = db.stats().recovery.map_or(0, |r| r.records_replayed);
     let info = db.checkpoint().map_err(|e| format!("{shown}: checkpoint: {e}"))?;
     db.close().map_err(|e| format!("{shown}: closing: {e}"))?;
+    let entries = rewrite(path)?;
     let done = Compacted {
         path: path.clone(),
         bytes_before,
         bytes_after: dir_bytes(path)?,
         records_replayed,
         checkpoint: info.as_ref().map(|i| i.file.clone()),
-        entries: info.as_ref().map(|i| i.entries),
+        entries,
         millis: started.elapsed().as_millis() as u64,
     };
     if cmd.json {
@@ -70,6 +77,37 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Copies the closed database at `path` densely into a new directory beside it and swaps the
+/// two; returns the entries copied.
+fn rewrite(path: &Path) -> Result<u64, String> {
+    let shown = path.display();
+    let name = path.file_name().ok_or_else(|| format!("{shown}: not a directory name"))?.to_string_lossy().into_owned();
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let pid = std::process::id();
+    let fresh = parent.join(format!(".{name}.compact-{pid}"));
+    let old = parent.join(format!(".{name}.old-{pid}"));
+    let copied = tern::backup::backup_dir(path, &fresh).map_err(|e| format!("{shown}: copying: {e}"))?;
+    // Opening loads the copy into full pages; closing writes them as one page checkpoint.
+    let reopened = Db::open(&fresh, Options::default()).and_then(|db| {
+        db.checkpoint()?;
+        db.close()
+    });
+    if let Err(e) = reopened {
+        let _ = std::fs::remove_dir_all(&fresh);
+        return Err(format!("{shown}: writing the compacted copy: {e}"));
+    }
+    std::fs::rename(path, &old).map_err(|e| format!("{shown}: moving it aside to {}: {e}", old.display()))?;
+    if let Err(e) = std::fs::rename(&fresh, path) {
+        return Err(format!(
+            "{shown}: moving the compacted copy into place: {e}; the database is at {} (compacted) and {} (as it was)",
+            fresh.display(),
+            old.display()
+        ));
+    }
+    std::fs::remove_dir_all(&old).map_err(|e| format!("{shown}: removing the old copy {}: {e}", old.display()))?;
+    Ok(copied.entries)
 }
 
 /// Bytes of the files in `dir`.

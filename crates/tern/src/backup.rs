@@ -79,9 +79,10 @@ pub fn backup_dir(src: &Path, dst: &Path) -> Result<BackupInfo> {
     crate::recovery::recover_read_only(src, |recovered, config| {
         let snapshot = recovered.max_ts;
         let written = target.write(Arc::new(StdFs), &config, snapshot, |w| {
+            let chains = crate::recovery::RestoredChains::of(&recovered.chains);
             for (id, name, tree) in &recovered.tables {
                 w.table(*id, name)?;
-                let mut entries = tree.range(..);
+                let mut entries = tree.range_with(.., chains.clone());
                 for (key, value) in &mut entries {
                     w.entry(&key, &value)?;
                 }

@@ -170,6 +170,8 @@ pub(crate) struct Durable {
     dir: PathBuf,
     /// One checkpoint at a time; the newest checkpoint's sequence number.
     checkpointing: StdMutex<Option<u64>>,
+    /// What the chain ids in the durable page checkpoint's leaves stand for, by page.
+    checkpoint_chains: StdMutex<checkpoint::pages::Chains>,
     checkpoint_stats: StdMutex<CheckpointStats>,
     recovery: RecoveryStats,
     /// Wakes the checkpointer thread: (asked, stop).
@@ -222,20 +224,35 @@ impl Db {
         if let Some(s) = stored {
             options.tree = s.apply(options.tree);
         }
-        // The page file is scratch space until pages are checkpointed in place: each open
-        // starts it afresh (see `buffer`).
+        // The page file holds the newest page checkpoint's pages; without one, it starts
+        // afresh (see `buffer` and `checkpoint`).
         let pool_config = PoolConfig {
             page_size: options.tree.page_size,
             cache_bytes: Some(options.cache_bytes),
             huge_pages: options.tree.huge_pages,
         };
-        let pool = Pool::with_file(pool_config, fs.clone(), dir.join(PAGE_FILE))?;
-        let recovered = recovery::recover(&*fs, dir, options.tree, &pool, true, options.wal.replay_batch_bytes)?;
+        let open_pool = |pages: Option<&[checkpoint::map::Placed]>| match pages {
+            Some(pages) => Pool::open_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE), false, pages),
+            None => Pool::with_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE)),
+        };
+        let recovered = recovery::recover(&*fs, dir, options.tree, &open_pool, true, options.wal.replay_batch_bytes)?;
         if stored.is_none() {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
         crate::txn::context::clock_advance_to(recovered.max_ts);
-        let Recovered { tables, log_files, end, next_log_seq, checkpoint_seq, checkpoint_lsn, stats, .. } = recovered;
+        let Recovered {
+            pool, chains, tables, log_files, end, next_log_seq, checkpoint_seq, checkpoint_lsn, stats, ..
+        } = recovered;
+        let restored = Chains::new();
+        for (pid, id, value) in &chains {
+            if !restored.restore(*id, value.clone()) {
+                return Err(Error::Corruption {
+                    file: checkpoint_seq.map(checkpoint::file_name).unwrap_or_default(),
+                    offset: 0,
+                    reason: format!("leaf {pid}: chain id {id} is invalid or listed twice"),
+                });
+            }
+        }
         let wal = Wal::create(fs.clone(), dir, options.wal, log_files, next_log_seq, end, checkpoint_lsn)?;
         note(dir, &format!("opened: {stats}"));
         let durable = Durable {
@@ -243,13 +260,14 @@ impl Db {
             fs,
             dir: dir.to_path_buf(),
             checkpointing: StdMutex::new(checkpoint_seq),
+            checkpoint_chains: StdMutex::new(checkpoint::pages::chains_by_page(&chains)),
             checkpoint_stats: StdMutex::new(CheckpointStats::default()),
             recovery: stats,
             signal: Arc::new((StdMutex::new((false, false)), Condvar::new())),
             checkpointer: StdMutex::new(None),
             _lock: lock,
         };
-        let db = Db::new(Some(dir.to_path_buf()), options, pool, tables, Some(durable))?;
+        let db = Db::new(Some(dir.to_path_buf()), options, pool, tables, restored, Some(durable))?;
         db.start_checkpointer();
         Ok(db)
     }
@@ -262,7 +280,7 @@ impl Db {
         options.tree.validate()?;
         let pool = scratch_pool(&options);
         let table = BTree::with_pool(options.tree, pool.clone())?;
-        Db::new(None, options, pool, vec![(0, String::new(), table)], None)
+        Db::new(None, options, pool, vec![(0, String::new(), table)], Chains::new(), None)
     }
 
     fn new(
@@ -270,6 +288,7 @@ impl Db {
         options: Options,
         pool: Arc<Pool>,
         tables: Vec<(u32, String, BTree)>,
+        chains: Chains,
         durable: Option<Durable>,
     ) -> Result<Db> {
         let id = NEXT_DB_ID.fetch_add(1, Relaxed);
@@ -301,7 +320,7 @@ impl Db {
                     .map(|_| CachePadded::new(Mutex::with_class(Vec::new(), writer_class)))
                     .collect(),
                 gc: Gc::new()?,
-                chains: Chains::new(),
+                chains,
                 counters: Counters::new(),
                 global,
                 durable,
@@ -562,9 +581,12 @@ pub struct CheckpointInfo {
     pub snapshot: u64,
     /// The log position it replays from.
     pub lsn: u64,
-    /// Entries written.
-    pub entries: u64,
-    /// Bytes written.
+    /// Pages in the checkpoint.
+    pub pages: u64,
+    /// Pages it wrote: those changed since the previous checkpoint and not already written
+    /// since by eviction (the rest keep their blocks).
+    pub pages_written: u64,
+    /// Bytes written: page images and the page map.
     pub bytes: u64,
     /// Time taken, in milliseconds.
     pub millis: u64,
@@ -598,8 +620,8 @@ impl DbInner {
                 note(
                     &d.dir,
                     &format!(
-                        "checkpoint {} ({} entries, {} bytes, snapshot {}, log from {}) in {} ms",
-                        info.file, info.entries, info.bytes, info.snapshot, info.lsn, info.millis
+                        "checkpoint {} ({} pages, {} written, {} bytes, snapshot {}, log from {}) in {} ms",
+                        info.file, info.pages, info.pages_written, info.bytes, info.snapshot, info.lsn, info.millis
                     ),
                 );
             }
@@ -627,10 +649,27 @@ impl DbInner {
             // replaces the log before it.
             d.wal.wait(lsn, true)?;
             let seq = newest.map_or(1, |s| s + 1);
-            let mut w = checkpoint::Writer::create(d.fs.clone(), &d.dir, seq, txn.snapshot(), lsn)?;
-            self.write_tables(&txn, &mut w)?;
-            let written = w.finish()?;
             let snapshot = txn.snapshot();
+            // The catalog is held until the capture's instant: no table is created between
+            // the list read here and the instant (a creation holds the catalog, then enters the
+            // trees' write gate; taking the catalog first keeps the two in one order).
+            let catalog = self.catalog.read();
+            let held: Vec<Arc<TableInner>> = catalog.by_id.clone();
+            let tables: Vec<(u32, String, &BTree)> = held.iter().map(|t| (t.id, t.name.clone(), &t.tree)).collect();
+            let view = txn.view();
+            let request = checkpoint::pages::Request {
+                fs: &*d.fs,
+                dir: &d.dir,
+                seq,
+                snapshot,
+                lsn,
+                pool: &self.pool,
+                tables: &tables,
+                resolver: &view,
+            };
+            let mut chains = d.checkpoint_chains.lock().unwrap_or_else(|p| p.into_inner());
+            let written = checkpoint::pages::write(&request, &mut chains, move || drop(catalog))?;
+            drop(chains);
             drop(txn);
             if let Some(old) = newest.replace(seq) {
                 let name = checkpoint::file_name(old);
@@ -642,7 +681,8 @@ impl DbInner {
                 file: written.name,
                 snapshot,
                 lsn,
-                entries: written.entries,
+                pages: written.pages,
+                pages_written: written.written,
                 bytes: written.bytes,
                 millis: started.elapsed().as_millis() as u64,
             }))
@@ -702,15 +742,7 @@ impl DbInner {
         if self.options.wal.checkpoint_on_close {
             self.checkpoint()?;
         }
-        d.wal.shutdown()?;
-        // The page file is scratch space until page checkpoints: the next open recreates it, so
-        // a clean close gives its disk space back (the pool keeps its open file meanwhile).
-        match d.fs.remove(&d.dir.join(PAGE_FILE)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(Error::Io { what: format!("removing the scratch page file {PAGE_FILE}"), source: e })
-            }
-            _ => Ok(()),
-        }
+        d.wal.shutdown()
     }
 
     pub fn table(&self, name: &str) -> Result<Table> {

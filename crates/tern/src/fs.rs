@@ -33,8 +33,10 @@ pub trait RandomFile: Send + Sync + Debug {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`, extending the file if needed.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
-    /// Sets the file's length (no sync: the page file is rebuilt, not recovered).
+    /// Sets the file's length (made durable by the next [`sync`](RandomFile::sync)).
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes every write so far durable (`fdatasync`).
+    fn sync(&self) -> io::Result<()>;
     /// Tells the kernel `len` bytes at `offset` will be read soon (read-ahead; a hint).
     fn will_need(&self, offset: u64, len: u64);
 }
@@ -67,6 +69,8 @@ pub trait Fs: Send + Sync + Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Creates `path` (truncating it if it exists) for positional reads and writes.
     fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>>;
+    /// Opens existing `path` for positional reads, and writes unless `read_only`.
+    fn open_random(&self, path: &Path, read_only: bool) -> io::Result<Box<dyn RandomFile>>;
 
     /// Reads all of `path`.
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -125,6 +129,10 @@ impl RandomFile for StdRandomFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
     }
 
     fn will_need(&self, offset: u64, len: u64) {
@@ -195,6 +203,11 @@ impl Fs for StdFs {
 
     fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(StdRandomFile(file)))
+    }
+
+    fn open_random(&self, path: &Path, read_only: bool) -> io::Result<Box<dyn RandomFile>> {
+        let file = std::fs::OpenOptions::new().read(true).write(!read_only).open(path)?;
         Ok(Box::new(StdRandomFile(file)))
     }
 
@@ -345,6 +358,17 @@ impl RandomFile for FaultRandomFile {
         self.inner.set_len(len)
     }
 
+    fn sync(&self) -> io::Result<()> {
+        let f = &self.faults;
+        f.step("page file fsync")?;
+        if f.fail_syncs.load(Relaxed) {
+            return Err(eio("page file fsync"));
+        }
+        self.inner.sync()?;
+        f.syncs.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
     fn will_need(&self, offset: u64, len: u64) {
         self.inner.will_need(offset, len);
     }
@@ -449,6 +473,12 @@ impl Fs for FaultFs {
     fn create_random(&self, path: &Path) -> io::Result<Box<dyn RandomFile>> {
         self.faults.step("create")?;
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(FaultRandomFile { inner: StdRandomFile(file), faults: self.faults.clone() }))
+    }
+
+    fn open_random(&self, path: &Path, read_only: bool) -> io::Result<Box<dyn RandomFile>> {
+        self.faults.step("open")?;
+        let file = std::fs::OpenOptions::new().read(true).write(!read_only).open(path)?;
         Ok(Box::new(FaultRandomFile { inner: StdRandomFile(file), faults: self.faults.clone() }))
     }
 

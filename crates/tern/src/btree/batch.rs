@@ -58,6 +58,7 @@ impl BTree {
         guard: &Guard,
     ) -> Result<usize, Abort> {
         let Some(&(first, _)) = writes.peek() else { return Ok(0) };
+        let _gate = self.pool.enter_write();
         let (at, _parent) = self.descend_to_write(first, guard)?;
         let n = NodeRef::new(at.page());
         // Read optimistically; the exclusive latch validates it.

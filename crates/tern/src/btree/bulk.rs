@@ -47,6 +47,7 @@ impl BTree {
         V: AsRef<[u8]>,
     {
         let tree = BTree::with_pool(config, pool)?;
+        let gate = tree.pool.enter_write();
         let mut level = tree.load_leaves(entries)?;
         let mut height = 0u8;
         while level.len() > 1 {
@@ -59,6 +60,7 @@ impl BTree {
                 tree.free_page(&page);
             }
         }
+        drop(gate);
         Ok(tree)
     }
 

@@ -64,5 +64,6 @@ mod tests;
 
 pub use cursor::{Cursor, Range};
 pub use search::Layout;
+pub(crate) use stored::chains_in;
 pub use stored::{Plain, Resolve};
 pub use tree::{BTree, TreeConfig, TreeShape, TreeStats, MAX_VALUE};

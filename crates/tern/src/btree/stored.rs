@@ -115,6 +115,7 @@ impl BTree {
         f: impl FnOnce(Current<'_>) -> (Change, R),
     ) -> Result<(Applied, R)> {
         self.check_key(key)?;
+        let _gate = self.pool.enter_write();
         let reserve = self.chain_room(reserve);
         let guard = crossbeam_epoch::pin();
         let mut f = Some(f);
@@ -244,4 +245,24 @@ impl BTree {
         }
         self.rebuild(n, &entries);
     }
+}
+
+/// The chain ids held by the slots of the node in `page` (none unless it is a leaf): a
+/// checkpoint writes leaf images as they are, and what each of these ids resolves to beside
+/// them.
+pub(crate) fn chains_in(page: &crate::buffer::Page) -> Vec<u64> {
+    let n = NodeRef::new(page);
+    if !n.is_leaf() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut bytes = Vec::with_capacity(8);
+    for i in 0..n.count() {
+        if n.value_ref(i).flags & FLAG_CHAIN != 0 {
+            bytes.clear();
+            n.chain_into(i, &mut bytes);
+            out.push(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")));
+        }
+    }
+    out
 }

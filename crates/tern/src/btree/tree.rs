@@ -210,12 +210,36 @@ impl BTree {
             prefetch: AtomicU8::new(config.prefetch),
             counters: Counters::default(),
         };
+        let gate = tree.pool.enter_write();
         let (pid, root) = tree.alloc(Kind::Leaf)?;
         let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
         node::build(root.page(), &spec, &[], tree.layout, tree.hints);
         drop(root);
         tree.root.store(pid, Release);
+        drop(gate);
         Ok(tree)
+    }
+
+    /// The tree whose root is page `root` of `pool`, holding `pages` pages (a checkpoint's
+    /// tree, its pages on disk).
+    pub(crate) fn open_in(config: TreeConfig, pool: Arc<Pool>, root: u32, pages: usize) -> Result<BTree> {
+        config.validate()?;
+        Ok(BTree {
+            pool,
+            page_count: AtomicUsize::new(pages),
+            root: AtomicU32::new(root),
+            layout: config.layout,
+            hints: config.hints,
+            huge_pages: config.huge_pages,
+            prefetch: AtomicU8::new(config.prefetch),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The root's page id and the pages the tree holds (read at a checkpoint's instant, when
+    /// no operation is half done).
+    pub(crate) fn root_and_pages(&self) -> (u32, usize) {
+        (self.root.load(Acquire), self.page_count.load(Relaxed))
     }
 
     /// The buffer pool this tree's pages live in.
@@ -490,6 +514,7 @@ impl BTree {
 
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
         self.check_key(key)?;
+        let _gate = self.pool.enter_write();
         if value.len() > MAX_VALUE {
             return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE });
         }
@@ -705,6 +730,7 @@ impl BTree {
     /// Removes `key`; returns true if it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         self.check_key(key)?;
+        let _gate = self.pool.enter_write();
         let guard = crossbeam_epoch::pin();
         let (found, underfull) = loop {
             match self.try_delete(key, &guard) {
@@ -898,6 +924,7 @@ impl BTree {
     /// on (a tree dropped without it keeps its pages allocated until the pool goes, as a
     /// database's tables do at close).
     pub fn free_all(self) {
+        let _gate = self.pool.enter_write();
         self.free_subtree(self.root.load(Acquire), &crossbeam_epoch::pin());
     }
 

@@ -18,7 +18,7 @@ use super::pool::{Kind, Pool};
 use super::state::{self, DIRTY, MARKED, UNLOCKED, WRITING};
 use crate::Result;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
@@ -187,11 +187,22 @@ impl Pool {
     /// being written are skipped. The first I/O error stops the batch and is returned.
     pub(crate) fn write_back(&self, pids: &mut [u32]) -> Result<()> {
         let file = self.file.as_ref().expect("only pools with a file evict");
+        if file.read_only {
+            return Ok(()); // dirty pages stay in memory
+        }
         pids.sort_unstable();
         for &pid in pids.iter() {
             let entry = self.table.get(pid).expect("queued pages exist");
             let word = self.state_word(entry);
             let Some(claimed) = word.try_claim_write() else { continue };
+            // Under the claim: a capture that needs this page writes it (capture.rs, invariant 1).
+            let capturing = self.capture.active.load(SeqCst);
+            let facts = self.meta.get(pid).expect("queued pages exist").facts();
+            if capturing != 0 && super::capture::must_write(&facts, self.capture.floor.load(SeqCst), capturing) {
+                word.finish_write(claimed, false);
+                continue;
+            }
+            let slot = facts.spare_slot();
             let Some(block) = NonNull::new(entry.frame.load(Relaxed)) else {
                 word.finish_write(claimed, false);
                 continue;
@@ -203,11 +214,11 @@ impl Pool {
                 if !word.validate(claimed) {
                     return Ok(None);
                 }
-                file.write_page(pid, buf).map(Some)
+                file.write_page(pid, slot, buf).map(Some)
             });
             match written {
                 Ok(Some(crc)) => {
-                    self.note_written(pid, crc);
+                    self.note_written(pid, slot, crc);
                     if word.finish_write(claimed, true) {
                         self.counters.dirty.fetch_sub(1, Relaxed);
                     }
@@ -227,7 +238,7 @@ impl Pool {
         Ok(())
     }
 
-    /// Writes back every dirty page (tests for now; checkpoints later).
+    /// Writes back every dirty page (tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn flush(&self) -> Result<()> {
         if self.file.is_none() {

@@ -1,11 +1,12 @@
-//! The page file: page `p` is the block at offset `p × page_size`, read and written whole with
-//! positional I/O through [`Fs`], each block checked against the crc32c recorded when it was
-//! written.
+//! The page file: page `p` owns blocks `2p` and `2p + 1` (its slots 0 and 1, see `meta.rs`), at
+//! offset `block × page_size`, read and written whole with positional I/O through [`Fs`], each
+//! block checked against the crc32c recorded when it was written.
 //!
 //! Invariants:
 //! * A block is read only for a page that was written (the pool evicts clean pages only), and
-//!   its bytes are handed on only if their crc32c matches the one recorded at write time: a
-//!   torn or damaged block is `Error::Corruption { file, offset, reason }`, never wrong data.
+//!   its bytes are handed on only if their crc32c matches the one recorded at write time (in
+//!   memory, or in the checkpoint's page map): a torn or damaged block is
+//!   `Error::Corruption { file, offset, reason }` naming the page, never wrong data.
 //! * I/O goes through the page cache (buffered `pread`/`pwrite`), chosen by measurement: see
 //!   `docs/buffer.md#page-cache-or-o_direct`. Reads pass through a per-thread buffer, so the
 //!   frame is written only with atomic stores (optimistic readers may be looking at it).
@@ -21,6 +22,8 @@ pub(crate) struct PageFile {
     file: Box<dyn RandomFile>,
     path: PathBuf,
     page_size: usize,
+    /// Opened for reading only (`tern check`): nothing is ever written.
+    pub(crate) read_only: bool,
 }
 
 thread_local! {
@@ -34,7 +37,15 @@ impl PageFile {
         let file = fs
             .create_random(&path)
             .map_err(|source| Error::Io { what: format!("creating page file {}", path.display()), source })?;
-        Ok(PageFile { file, path, page_size })
+        Ok(PageFile { file, path, page_size, read_only: false })
+    }
+
+    /// Opens the existing page file at `path` (its blocks are a checkpoint's).
+    pub(crate) fn open(fs: Arc<dyn Fs>, path: PathBuf, page_size: usize, read_only: bool) -> Result<PageFile> {
+        let file = fs
+            .open_random(&path, read_only)
+            .map_err(|source| Error::Io { what: format!("opening page file {}", path.display()), source })?;
+        Ok(PageFile { file, path, page_size, read_only })
     }
 
     /// The file's name, for errors.
@@ -42,44 +53,53 @@ impl PageFile {
         self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
     }
 
-    fn offset(&self, pid: u32) -> u64 {
-        u64::from(pid) * self.page_size as u64
+    /// The offset of page `pid`'s slot `slot`.
+    pub(crate) fn offset(&self, pid: u32, slot: u8) -> u64 {
+        (2 * u64::from(pid) + u64::from(slot)) * self.page_size as u64
     }
 
-    /// Reads page `pid` into `page`, checking it against `crc` (`written`: the block was ever
-    /// written, so `crc` is meaningful).
-    pub(crate) fn read_page(&self, pid: u32, written: bool, crc: u32, page: &Page) -> Result<()> {
-        let offset = self.offset(pid);
-        if !written {
-            return Err(Error::Corruption {
-                file: self.name(),
-                offset,
-                reason: format!("page {pid} is on disk only but was never written"),
-            });
-        }
+    /// Reads page `pid`'s slot `slot` (`None`: never written) into `page`, checking it against
+    /// `crc`.
+    pub(crate) fn read_page(&self, pid: u32, slot: Option<u8>, crc: u32, page: &Page) -> Result<()> {
         BUFFER.with_borrow_mut(|buf| {
-            buf.resize(self.page_size, 0);
-            self.file.read_at(buf, offset).map_err(|source| Error::Io {
-                what: format!("reading page {pid} of {} at offset {offset}", self.name()),
-                source,
-            })?;
-            let actual = crc32c::crc32c(buf);
-            if actual != crc {
-                return Err(Error::Corruption {
-                    file: self.name(),
-                    offset,
-                    reason: format!("page {pid}: checksum mismatch (block {actual:#010x}, written {crc:#010x})"),
-                });
-            }
+            self.read_block(pid, slot, crc, buf)?;
             page.write(0, buf);
             Ok(())
         })
     }
 
-    /// Writes `image` (one page) as page `pid`'s block; returns its crc32c.
-    pub(crate) fn write_page(&self, pid: u32, image: &[u8]) -> Result<u32> {
+    /// Reads page `pid`'s slot `slot` (`None`: never written) into `buf`, checking it against
+    /// `crc`.
+    pub(crate) fn read_block(&self, pid: u32, slot: Option<u8>, crc: u32, buf: &mut Vec<u8>) -> Result<()> {
+        let Some(slot) = slot else {
+            return Err(Error::Corruption {
+                file: self.name(),
+                offset: self.offset(pid, 0),
+                reason: format!("page {pid} is on disk only but was never written"),
+            });
+        };
+        let offset = self.offset(pid, slot);
+        buf.resize(self.page_size, 0);
+        self.file.read_at(buf, offset).map_err(|source| Error::Io {
+            what: format!("reading page {pid} of {} at offset {offset}", self.name()),
+            source,
+        })?;
+        let actual = crc32c::crc32c(buf);
+        if actual != crc {
+            return Err(Error::Corruption {
+                file: self.name(),
+                offset,
+                reason: format!("page {pid}: checksum mismatch (block {actual:#010x}, expected {crc:#010x})"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `image` (one page) to page `pid`'s slot `slot`; returns its crc32c.
+    pub(crate) fn write_page(&self, pid: u32, slot: u8, image: &[u8]) -> Result<u32> {
         debug_assert_eq!(image.len(), self.page_size);
-        let offset = self.offset(pid);
+        debug_assert!(!self.read_only);
+        let offset = self.offset(pid, slot);
         self.file.write_at(image, offset).map_err(|source| Error::Io {
             what: format!("writing page {pid} of {} at offset {offset}", self.name()),
             source,
@@ -87,21 +107,26 @@ impl PageFile {
         Ok(crc32c::crc32c(image))
     }
 
+    /// Makes every write so far durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync().map_err(|source| Error::Io { what: format!("syncing {}", self.name()), source })
+    }
+
     /// Runs `f` with this thread's page buffer.
     pub(crate) fn with_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         BUFFER.with_borrow_mut(f)
     }
 
-    /// Cuts the file to `pages` pages.
+    /// Cuts the file to the slots of `pages` pages.
     pub(crate) fn set_pages(&self, pages: u32) -> Result<()> {
-        let len = self.offset(pages);
+        let len = self.offset(pages, 0);
         self.file
             .set_len(len)
             .map_err(|source| Error::Io { what: format!("cutting {} to {len} bytes", self.name()), source })
     }
 
     /// Starts reading page `pid`'s block ahead of need.
-    pub(crate) fn will_need(&self, pid: u32) {
-        self.file.will_need(self.offset(pid), self.page_size as u64);
+    pub(crate) fn will_need(&self, pid: u32, slot: u8) {
+        self.file.will_need(self.offset(pid, slot), self.page_size as u64);
     }
 }

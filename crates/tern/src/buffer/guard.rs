@@ -55,6 +55,7 @@ impl<'p> PageRef<'p> {
     pub(crate) fn into_exclusive(self) -> Result<ExclusivePage<'p>, Restart> {
         if self.state().upgrade_exclusive(self.seen) {
             add(self.state().class, Counter::Acquisitions, 1);
+            self.pool.note_exclusive(self.pid, self.page);
             Ok(ExclusivePage::new(self.pool, self.pid, self.page, self.word))
         } else {
             add(self.state().class, Counter::Restarts, 1);

@@ -35,12 +35,14 @@
 //! Until page checkpoints arrive, the page file is scratch space recreated at every open;
 //! durability comes from the checkpoint and the log, which stream through the pool.
 
+mod capture;
 mod evict;
 mod file;
 mod frames;
 mod guard;
 #[cfg(all(test, loom))]
 mod loom_tests;
+mod meta;
 pub(crate) mod page;
 mod pool;
 pub(crate) mod state;
@@ -48,6 +50,7 @@ mod stats;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub(crate) use capture::{Member, Taken};
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
 pub(crate) use pool::{Kind, Miss, NO_PAGE};

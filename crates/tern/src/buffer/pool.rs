@@ -2,13 +2,15 @@
 //!
 //! The page table is a [`Segmented`] array of 16-byte entries (state word, frame address)
 //! indexed by page id: a few KiB for a small database, 16 bytes per page for a large one (1 MiB
-//! for 1 GiB of 16 KiB pages), dense enough to stay in the CPU caches. Page id `p` is block `p`
-//! of the page file, at offset `p × page_size`. Cold per-page facts (the block's crc32c, the
-//! page's kind) live in a second array that only I/O touches.
+//! for 1 GiB of 16 KiB pages), dense enough to stay in the CPU caches. Page id `p` owns two
+//! blocks of the page file (`file.rs`). Cold per-page facts (slots, checksums, kind,
+//! generations: `meta.rs`) live in a second array that only I/O and checkpoints touch.
 
+use super::capture::CaptureState;
 use super::file::PageFile;
 use super::frames::{Arena, Frame};
 use super::guard::{ExclusivePage, PageRef, SharedPage};
+use super::meta::Meta;
 use super::state::{self, Absent, StateWord, DIRTY, EVICTED, LOADING};
 use super::stats::{BufferStats, Counters};
 use crate::fs::Fs;
@@ -64,11 +66,6 @@ pub(crate) struct Entry {
 // SAFETY: two atomics, for which zero is valid (state FREE, no frame).
 unsafe impl Zeroable for Entry {}
 
-/// Cold per-page facts: bits 0..32 the crc32c of the page's block, bit 32 "written" (the crc
-/// is valid), bits 40..48 the page's kind.
-const META_WRITTEN: u64 = 1 << 32;
-const META_KIND_SHIFT: u32 = 40;
-
 /// Page ids in use and free.
 struct Ids {
     /// Ids below this have been handed out.
@@ -102,7 +99,7 @@ pub struct Pool {
     page_size: usize,
     class: LatchClass,
     pub(crate) table: Segmented<Entry>,
-    meta: Segmented<AtomicU64>,
+    pub(crate) meta: Segmented<Meta>,
     ids: StdMutex<Ids>,
     frames: StdMutex<FrameList>,
     /// Frame index → block, for the clock; `frame_count` entries are set.
@@ -111,6 +108,8 @@ pub struct Pool {
     /// The page file's length in pages: raised by each write past it (no lock on the
     /// write-back path), lowered only under the id lock when the free tail is cut.
     file_pages: AtomicU32,
+    /// Pages below this may be in the durable checkpoint (the file is never cut below it).
+    durable_extent: AtomicU32,
     /// Frames on the free list.
     pub(crate) free_frames: AtomicUsize,
     /// Most frames (`usize::MAX`: unbounded).
@@ -120,6 +119,7 @@ pub struct Pool {
     pub(crate) file: Option<PageFile>,
     pub(crate) counters: Counters,
     pub(crate) evictor: super::evict::Evictor,
+    pub(crate) capture: CaptureState,
 }
 
 impl std::fmt::Debug for Pool {
@@ -134,12 +134,48 @@ impl Pool {
         Pool::build(PoolConfig { page_size, cache_bytes: None, huge_pages }, None)
     }
 
-    /// A pool of at most `config.cache_bytes` of frames over a page file created at `path`
-    /// (replacing any file there: until pages are checkpointed in place, the file is scratch
-    /// space that each open starts afresh).
+    /// A pool of at most `config.cache_bytes` of frames over a new, empty page file created at
+    /// `path` (replacing any file there).
     pub fn with_file(config: PoolConfig, fs: Arc<dyn Fs>, path: PathBuf) -> Result<Arc<Pool>> {
         let file = PageFile::create(fs, path, config.page_size)?;
         let pool = Pool::build(config, Some(file));
+        super::evict::Evictor::start(&pool);
+        Ok(pool)
+    }
+
+    /// A pool over the existing page file at `path` holding a checkpoint's pages: `pages` gives
+    /// each page's id, kind, slot and crc32c. Every page starts on disk and comes in on demand.
+    /// `read_only`: nothing is ever written (`tern check`); dirty pages then stay in memory.
+    pub(crate) fn open_file(
+        config: PoolConfig,
+        fs: Arc<dyn Fs>,
+        path: PathBuf,
+        read_only: bool,
+        pages: &[(u32, u8, u8, u32)],
+    ) -> Result<Arc<Pool>> {
+        let file = PageFile::open(fs, path, config.page_size, read_only)?;
+        let pool = Pool::build(config, Some(file));
+        let mut next = 0;
+        for &(pid, kind, slot, crc) in pages {
+            if pid == NO_PAGE {
+                return Err(Error::InvalidArgument("page id 2^32 - 1 is never used".into()));
+            }
+            let entry = pool.table.ensure(pid);
+            if state::state(entry.word.load(Relaxed)) != state::FREE {
+                return Err(Error::InvalidArgument(format!("page {pid} is listed twice")));
+            }
+            entry.word.store(state::with(0, EVICTED, 0), Relaxed);
+            pool.meta.ensure(pid).restore(kind, slot, crc);
+            next = next.max(pid + 1);
+        }
+        {
+            let mut ids = pool.ids.lock().unwrap_or_else(|p| p.into_inner());
+            ids.next = next;
+            ids.free = (0..next).filter(|&p| pool.table.get(p).is_none_or(|e| e.word.load(Relaxed) == 0)).collect();
+        }
+        pool.counters.live.store(pages.len(), Relaxed);
+        pool.file_pages.store(next, Relaxed);
+        pool.durable_extent.store(next, Relaxed);
         super::evict::Evictor::start(&pool);
         Ok(pool)
     }
@@ -157,6 +193,7 @@ impl Pool {
             meta: Segmented::new(),
             ids: StdMutex::new(Ids { next: 0, free: BTreeSet::new() }),
             file_pages: AtomicU32::new(0),
+            durable_extent: AtomicU32::new(0),
             frames: StdMutex::new(FrameList {
                 arena: Arena::new(config.page_size, config.huge_pages),
                 free: Vec::new(),
@@ -169,6 +206,7 @@ impl Pool {
             file,
             counters: Counters::default(),
             evictor: super::evict::Evictor::default(),
+            capture: CaptureState::default(),
         })
     }
 
@@ -201,6 +239,11 @@ impl Pool {
     }
 
     /// The frame in `entry`, if any.
+    #[inline]
+    pub(crate) fn frame_of_entry(&self, entry: &Entry) -> Option<&Frame> {
+        self.frame_of(entry)
+    }
+
     #[inline]
     fn frame_of(&self, entry: &Entry) -> Option<&Frame> {
         NonNull::new(entry.frame.load(Relaxed)).map(|b| self.frame_at(b))
@@ -235,7 +278,10 @@ impl Pool {
     /// Page `pid` in exclusive mode, faulted in if needed; `None` if no page has that id.
     pub(crate) fn exclusive(&self, pid: u32) -> Result<Option<ExclusivePage<'_>>> {
         let latched = self.latch(pid, |w| w.lock_exclusive())?;
-        Ok(latched.map(|(entry, frame)| ExclusivePage::new(self, pid, &frame.page, &entry.word)))
+        Ok(latched.map(|(entry, frame)| {
+            self.note_exclusive(pid, &frame.page);
+            ExclusivePage::new(self, pid, &frame.page, &entry.word)
+        }))
     }
 
     /// Latches page `pid` with `lock`, faulting it in while it is on disk; its entry and
@@ -279,10 +325,11 @@ impl Pool {
                 return Err(e);
             }
         };
-        let meta = self.meta.get(pid).map_or(0, |m| m.load(Relaxed));
+        let facts = self.meta.get(pid).map(|m| m.facts()).unwrap_or_default();
         let file = self.file.as_ref().expect("only pools with a file evict");
         let started = std::time::Instant::now();
-        let read = file.read_page(pid, meta & META_WRITTEN != 0, meta as u32, &frame.page);
+        let crc = facts.latest.map_or(0, |s| facts.crcs[s as usize]);
+        let read = file.read_page(pid, facts.latest, crc, &frame.page);
         self.counters.record_read(started.elapsed());
         if let Err(e) = read {
             self.put_frame(frame);
@@ -290,7 +337,7 @@ impl Pool {
             return Err(e);
         }
         frame.owner.store(u64::from(pid) + 1, Relaxed);
-        frame.kind.store(meta >> META_KIND_SHIFT & 0xff, Relaxed);
+        frame.kind.store(u64::from(facts.kind), Relaxed);
         entry.frame.store(frame as *const Frame as *mut u8, Relaxed);
         word.release(state::UNLOCKED, false);
         Ok(())
@@ -307,8 +354,8 @@ impl Pool {
                 frame.page.prefetch(64);
             }
         } else if state::state(w) == EVICTED {
-            if let Some(file) = &self.file {
-                file.will_need(pid);
+            if let (Some(file), Some(slot)) = (&self.file, self.meta.get(pid).and_then(|m| m.facts().latest)) {
+                file.will_need(pid, slot);
             }
         }
     }
@@ -339,8 +386,7 @@ impl Pool {
             }
         };
         let entry = self.table.ensure(pid);
-        let meta = self.meta.ensure(pid);
-        meta.store(u64::from(kind as u8) << META_KIND_SHIFT, Relaxed);
+        self.meta.ensure(pid).allocate(kind as u8, self.capture.gen.load(std::sync::atomic::Ordering::Acquire));
         let word = self.state_word(entry);
         word.lock_new();
         frame.owner.store(u64::from(pid) + 1, Relaxed);
@@ -362,39 +408,65 @@ impl Pool {
             self.counters.dirty.fetch_sub(1, Relaxed);
         }
         if let Some(meta) = self.meta.get(pid) {
-            meta.store(0, Relaxed);
+            meta.free();
         }
         self.counters.live.fetch_sub(1, Relaxed);
+        if self.capture.active.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            // A checkpoint being captured may hold this page: keep its id (and blocks) out of
+            // reuse until it ends.
+            let mut deferred = self.capture.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            if self.capture.active.load(std::sync::atomic::Ordering::Acquire) != 0 {
+                deferred.push(pid);
+                return;
+            }
+        }
+        self.give_back_ids(vec![pid], None);
+    }
+
+    /// Puts freed ids back for reuse and trims free ids off the top; `extent`: a checkpoint
+    /// just became durable, holding pages below it. Cuts the page file's free tail when a
+    /// quarter of it, and at least 1 MiB, lies past both the last id in use and the durable
+    /// checkpoint's pages (never during a capture: the checkpoint being written may hold them).
+    pub(crate) fn give_back_ids(&self, freed: Vec<u32>, extent: Option<u32>) {
         let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
-        ids.free.insert(pid);
-        // Trim free ids off the top, so the file's tail can be cut.
+        ids.free.extend(freed);
         while ids.next > 0 && ids.free.last() == Some(&(ids.next - 1)) {
             ids.free.pop_last();
             ids.next -= 1;
         }
-        self.trim_file(&ids);
-    }
-
-    /// Cuts the page file when a quarter of it, and at least 1 MiB, lies past the last page in
-    /// use (under the id lock: no page past the cut can be allocated meanwhile).
-    fn trim_file(&self, ids: &Ids) {
+        if let Some(extent) = extent {
+            self.durable_extent.store(extent, Relaxed);
+        }
         let Some(file) = &self.file else { return };
+        if file.read_only || self.capture.active.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            return;
+        }
+        let keep = ids.next.max(self.durable_extent.load(Relaxed));
         let file_pages = self.file_pages.load(Relaxed);
-        let spare = file_pages.saturating_sub(ids.next) as usize * self.page_size;
-        let worth = spare >= 1 << 20 && spare >= file_pages as usize * self.page_size / 4;
-        if worth && file.set_pages(ids.next).is_ok() {
-            self.file_pages.store(ids.next, Relaxed);
+        let spare = file_pages.saturating_sub(keep) as usize * 2 * self.page_size;
+        let worth = spare >= 1 << 20 && spare >= file_pages as usize * 2 * self.page_size / 4;
+        if worth && file.set_pages(keep).is_ok() {
+            self.file_pages.store(keep, Relaxed);
             self.counters.truncations.fetch_add(1, Relaxed);
         }
     }
 
-    /// Notes that page `pid`'s block now holds an image with checksum `crc`.
-    pub(crate) fn note_written(&self, pid: u32, crc: u32) {
-        if let Some(meta) = self.meta.get(pid) {
-            let kind = meta.load(Relaxed) & !(META_WRITTEN | 0xffff_ffff);
-            meta.store(kind | META_WRITTEN | u64::from(crc), Relaxed);
-        }
+    /// Page ids below this have been handed out.
+    pub(crate) fn next_id(&self) -> u32 {
+        self.ids.lock().unwrap_or_else(|p| p.into_inner()).next
+    }
+
+    /// Notes a write of page `pid`'s blocks (the file reaches at least past them).
+    pub(crate) fn note_file_extent(&self, pid: u32) {
         self.file_pages.fetch_max(pid + 1, Relaxed);
+    }
+
+    /// Notes that page `pid`'s slot `slot` now holds its latest image, with checksum `crc`.
+    pub(crate) fn note_written(&self, pid: u32, slot: u8, crc: u32) {
+        if let Some(meta) = self.meta.get(pid) {
+            meta.note_written(slot, crc, true);
+        }
+        self.note_file_extent(pid);
     }
 
     /// Pages allocated and not freed.

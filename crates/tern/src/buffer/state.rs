@@ -449,6 +449,43 @@ impl<A: Word> StateWord<'_, A> {
         }
     }
 
+    /// Claims the checkpoint's write of a resident page (any latch may be held meanwhile):
+    /// waits while a write-back holds WRITING, then sets it. False if the page is not
+    /// resident (nobody else writes it then).
+    pub(crate) fn claim_for_checkpoint(&self) -> bool {
+        let mut w = self.word.load(Acquire);
+        loop {
+            if matches!(state(w), FREE | EVICTED | LOADING) {
+                return false;
+            }
+            if w & WRITING != 0 {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+                w = self.word.load(Acquire);
+                continue;
+            }
+            match self.word.compare_exchange_weak(w, w | WRITING, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Ends a checkpoint's write claimed with [`claim_for_checkpoint`](Self::claim_for_checkpoint):
+    /// clears WRITING, and DIRTY too if the page is still at the version of `seen` (the
+    /// checkpoint wrote exactly what the frame holds). Returns whether it cleared DIRTY.
+    pub(crate) fn finish_checkpoint_write(&self, seen: Option<u64>) -> bool {
+        let mut w = self.word.load(Relaxed);
+        loop {
+            let clean = seen.is_some_and(|s| version(s) == version(w)) && w & DIRTY != 0 && state(w) != FREE;
+            let next = if clean { w & !(WRITING | DIRTY) } else { w & !WRITING };
+            match self.word.compare_exchange_weak(w, next, Release, Relaxed) {
+                Ok(_) => return clean,
+                Err(now) => w = now,
+            }
+        }
+    }
+
     /// One round of waiting while `blocked(word)`: spin, then park with WAITERS set.
     #[cold]
     fn wait(&self, wait: &mut Option<Wait>, blocked: impl Fn(u64) -> bool) {

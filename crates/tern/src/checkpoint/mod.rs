@@ -21,6 +21,9 @@
 //! `4 | n: u32 | (klen: u32 | key | vlen: u32 | value)*` carries its next entries in key order,
 //! `5 | tables: u32 | entries: u64` ends the file.
 
+pub(crate) mod map;
+pub(crate) mod pages;
+
 use crate::btree::{BTree, TreeConfig};
 use crate::buffer::Pool;
 use crate::fs::{write_all, Fs, FsFile};
@@ -61,7 +64,7 @@ pub(crate) fn file_name(seq: u64) -> String {
     format!("checkpoint-{seq:010}.ckpt")
 }
 
-fn tmp_name(seq: u64) -> String {
+pub(crate) fn tmp_name(seq: u64) -> String {
     format!("checkpoint-{seq:010}.tmp")
 }
 
@@ -113,7 +116,6 @@ pub(crate) struct Writer {
 /// A finished checkpoint.
 #[derive(Clone, Debug)]
 pub(crate) struct Written {
-    pub name: String,
     pub bytes: u64,
     pub entries: u64,
 }
@@ -207,7 +209,7 @@ impl Writer {
         self.file.sync().map_err(io(format!("syncing checkpoint {tmp}")))?;
         self.fs.rename(&self.dir.join(&tmp), &self.dir.join(&name)).map_err(io(format!("renaming {tmp} to {name}")))?;
         self.fs.sync_dir(&self.dir).map_err(io(format!("syncing directory {}", self.dir.display())))?;
-        Ok(Written { name, bytes: self.bytes, entries: self.entries })
+        Ok(Written { bytes: self.bytes, entries: self.entries })
     }
 }
 
@@ -374,4 +376,35 @@ impl Iterator for EntrySource<'_> {
         self.entries += 1;
         Some(item)
     }
+}
+
+/// Reads checkpoint `seq` of `dir` if it is a page checkpoint (`None`: a logical one, for
+/// [`load`]); its page size must be `config`'s.
+pub(crate) fn read_page_map(fs: &dyn Fs, dir: &Path, seq: u64, config: TreeConfig) -> Result<Option<map::PageMap>> {
+    let name = file_name(seq);
+    let mut head = [0u8; 8];
+    let mut input = fs.open_read(&dir.join(&name)).map_err(io(format!("opening checkpoint {name}")))?;
+    if input.read_exact(&mut head).is_err() {
+        return Err(corruption(&name, 0, "the checkpoint is shorter than its header"));
+    }
+    if &head == MAGIC {
+        return Ok(None);
+    }
+    if !map::is_page_checkpoint(&head) {
+        // Never guessed: a logical checkpoint's open starts a new page file.
+        return Err(corruption(&name, 0, "not a tern checkpoint (bad magic)"));
+    }
+    drop(input);
+    let parsed = map::parse(&name, &map::read(fs, dir, &name)?)?;
+    if parsed.page_size as usize != config.page_size {
+        return Err(corruption(
+            &name,
+            0,
+            format!("its pages are {} bytes, the database's settings say {}", parsed.page_size, config.page_size),
+        ));
+    }
+    if parsed.tables.is_empty() {
+        return Err(corruption(&name, 0, "the checkpoint has no default table"));
+    }
+    Ok(Some(parsed))
 }

@@ -32,11 +32,20 @@ pub struct CheckReport {
     pub tables: Vec<TableCheck>,
     /// Log files present, oldest first.
     pub log_files: Vec<String>,
+    /// Blocks of the page checkpoint read and checked against their checksums (every page
+    /// in its map).
+    pub pages_checked: u64,
+    /// Pages allocated after recovery, and of those, pages the tables hold (equal: no page is
+    /// lost to no table, none is counted twice).
+    pub pages_live: u64,
+    pub pages_in_tables: u64,
 }
 
 /// Verifies the database in `dir` without changing it: every checksum of the newest
-/// checkpoint and of the log, the log's continuity, that every record applies, and the shape
-/// of every recovered tree. Fails with [`Error::Corruption`] naming the file and offset of the
+/// checkpoint (of a page checkpoint: its map and every block it names) and of the log, the
+/// log's continuity, that every record applies, the shape of every recovered tree, and that
+/// every allocated page belongs to a table (block accounting: a page's two slots are its
+/// own, so no block can be used twice). Fails with [`Error::Corruption`] naming the file and offset of the
 /// first damage, and with [`Error::Locked`] while the database is open.
 pub fn check(dir: &Path) -> Result<CheckReport> {
     recover_read_only(dir, |recovered, _| {
@@ -55,7 +64,24 @@ pub fn check(dir: &Path) -> Result<CheckReport> {
             });
         }
         let log_files = recovered.log_files.iter().map(|&(seq, _)| crate::wal::file_name(seq)).collect();
-        Ok(CheckReport { recovery: recovered.stats.clone(), tables, log_files })
+        let pages_checked = recovered.pool.verify_durable()?;
+        let pages_live = recovered.pool.live_pages() as u64;
+        let pages_in_tables: u64 = recovered.tables.iter().map(|(_, _, t)| t.root_and_pages().1 as u64).sum();
+        if pages_live != pages_in_tables {
+            return Err(Error::Corruption {
+                file: recovered.stats.checkpoint.clone().unwrap_or_default(),
+                offset: 0,
+                reason: format!("{pages_live} pages are allocated but the tables hold {pages_in_tables}"),
+            });
+        }
+        Ok(CheckReport {
+            recovery: recovered.stats.clone(),
+            tables,
+            log_files,
+            pages_checked,
+            pages_live,
+            pages_in_tables,
+        })
     })
 }
 
@@ -71,8 +97,10 @@ pub fn is_database(dir: &Path) -> Result<bool> {
 
 /// Recovers the database in `dir` without changing it and hands the result (and the trees'
 /// configuration) to `f`: the directory is locked, nothing in it is written (no torn tail cut,
-/// no leftover removed), and the trees are rebuilt in a pool of the default cache size over a
-/// scratch page file in the system's temporary directory, removed afterwards.
+/// no leftover removed). A page checkpoint's pages are read from the page file opened
+/// read-only (pages the log changes stay in memory); a logical checkpoint is rebuilt in a pool
+/// of the default cache size over a scratch page file in the system's temporary directory,
+/// removed afterwards.
 pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeConfig) -> Result<T>) -> Result<T> {
     if !dir.is_dir() || !is_database(dir)? {
         return Err(Error::InvalidArgument(format!("{} is not a database directory", dir.display())));
@@ -93,9 +121,15 @@ pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeCo
         cache_bytes: Some(crate::Options::default_cache_bytes()),
         huge_pages: config.huge_pages,
     };
-    let result = Pool::with_file(pool_config, Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE))
-        .and_then(|pool| recover(&fs, dir, config, &pool, false, None))
-        .and_then(|recovered| f(&recovered, config));
+    let open_pool = |pages: Option<&[crate::checkpoint::map::Placed]>| match pages {
+        // The checkpoint's pages are read from the database's page file, which is never
+        // written: pages the log replay changes stay in memory.
+        Some(pages) => {
+            Pool::open_file(pool_config.clone(), Arc::new(crate::fs::StdFs), dir.join(PAGE_FILE), true, pages)
+        }
+        None => Pool::with_file(pool_config.clone(), Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE)),
+    };
+    let result = recover(&fs, dir, config, &open_pool, false, None).and_then(|recovered| f(&recovered, config));
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }

@@ -1,5 +1,10 @@
 //! Opening a database directory: lock it, load the newest checkpoint, replay the log after it.
 //!
+//! A page checkpoint (`checkpoint/map.rs`) is loaded by reading its page map: the pool opens
+//! over the page file with every page on disk, the trees start from their roots, and pages
+//! come in on demand, so opening costs the map and the log after it, not the data. A logical
+//! checkpoint (older databases) is bulk-loaded into a new page file.
+//!
 //! # Invariants
 //! 1. One process (one open handle) at a time: the directory's `LOCK` file is locked
 //!    exclusively (`flock`) for as long as the database is open; a second open fails with
@@ -28,7 +33,7 @@ pub(crate) use lock::{lock_dir, DirLock};
 
 use crate::btree::{BTree, TreeConfig};
 use crate::buffer::Pool;
-use crate::checkpoint;
+use crate::checkpoint::{self, map::ChainValue, map::Placed};
 use crate::fs::Fs;
 use crate::wal::reader::{scan, TornTail};
 use crate::{Error, Result};
@@ -44,8 +49,10 @@ pub struct RecoveryStats {
     pub checkpoint: Option<String>,
     /// Its snapshot timestamp.
     pub checkpoint_snapshot: u64,
-    /// Entries loaded from it.
+    /// Entries loaded from it (a logical checkpoint; a page checkpoint loads none).
     pub checkpoint_entries: u64,
+    /// Pages in its page map (a page checkpoint: they stay on disk until read).
+    pub checkpoint_pages: u64,
     /// Log records replayed after it.
     pub records_replayed: u64,
     /// Bytes of those records.
@@ -59,7 +66,8 @@ pub struct RecoveryStats {
     /// Time spent, in milliseconds: loading the checkpoint, replaying the log, and in all
     /// (the rest: listing and removing files, opening the page file).
     pub millis: u64,
-    /// Of [`millis`](RecoveryStats::millis): loading the checkpoint.
+    /// Of [`millis`](RecoveryStats::millis): loading the checkpoint (reading a page
+    /// checkpoint's map, or bulk-loading a logical checkpoint's entries).
     pub checkpoint_millis: u64,
     /// Of [`millis`](RecoveryStats::millis): reading the log and applying it.
     pub replay_millis: u64,
@@ -68,6 +76,11 @@ pub struct RecoveryStats {
 impl std::fmt::Display for RecoveryStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.checkpoint {
+            Some(c) if self.checkpoint_pages > 0 => write!(
+                f,
+                "loaded {c} ({} pages on disk, snapshot {}) in {} ms",
+                self.checkpoint_pages, self.checkpoint_snapshot, self.checkpoint_millis
+            )?,
             Some(c) => write!(
                 f,
                 "loaded {c} ({} entries, snapshot {}) in {} ms",
@@ -90,8 +103,17 @@ impl std::fmt::Display for RecoveryStats {
     }
 }
 
+/// Gives recovery its pool: over the page file holding a page checkpoint's pages (`Some`), or
+/// a new one (`None`).
+pub(crate) type OpenPool<'a> = dyn Fn(Option<&[Placed]>) -> Result<Arc<Pool>> + 'a;
+
 /// The recovered database.
 pub(crate) struct Recovered {
+    /// The pool its pages live in.
+    pub pool: Arc<Pool>,
+    /// What the chain ids in the page checkpoint's leaf images stand for (restore them before
+    /// anything reads the trees; they are also the next checkpoint's, for pages it keeps).
+    pub chains: Vec<ChainValue>,
     /// `(id, name, tree)` of every table, by id.
     pub tables: Vec<(u32, String, BTree)>,
     /// The largest timestamp recovered.
@@ -110,13 +132,15 @@ pub(crate) struct Recovered {
 }
 
 /// Recovers the database in `dir`. With `repair`, leftovers are deleted and a torn tail cut;
-/// without (`tern check`), nothing is changed. `batch_bytes`: the replay's batch size
-/// (`None`: [`replay::batch_bytes`] of the pool).
+/// without (`tern check`), nothing is changed. `open_pool` gives the pool: over the page file
+/// with a page checkpoint's pages on disk (`Some`), or a new one (`None`: no checkpoint, or a
+/// logical one, loaded into it). `batch_bytes`: the replay's batch size (`None`:
+/// [`replay::batch_bytes`] of the pool).
 pub(crate) fn recover(
     fs: &dyn Fs,
     dir: &Path,
     config: TreeConfig,
-    pool: &Arc<Pool>,
+    open_pool: &OpenPool<'_>,
     repair: bool,
     batch_bytes: Option<u64>,
 ) -> Result<Recovered> {
@@ -132,15 +156,38 @@ pub(crate) fn recover(
         }
     }
     let loading = Instant::now();
-    let (mut tables, snapshot, lsn) = match newest {
-        Some(seq) => {
-            let loaded = checkpoint::load(fs, dir, seq, config, pool)?;
+    let mut chains = Vec::new();
+    let page_map = match newest {
+        Some(seq) => checkpoint::read_page_map(fs, dir, seq, config)?,
+        None => None,
+    };
+    let (pool, mut tables, snapshot, lsn) = match (newest, page_map) {
+        (Some(seq), Some(map)) => {
+            let pool = open_pool(Some(&map.pages))?;
+            let mut tables = Vec::with_capacity(map.tables.len());
+            for t in map.tables {
+                let pages = usize::try_from(t.pages).unwrap_or(usize::MAX);
+                tables.push((t.id, t.name, BTree::open_in(config, pool.clone(), t.root, pages)?));
+            }
+            stats.checkpoint = Some(checkpoint::file_name(seq));
+            stats.checkpoint_snapshot = map.snapshot;
+            stats.checkpoint_pages = map.pages.len() as u64;
+            chains = map.chains;
+            (pool, tables, map.snapshot, map.lsn)
+        }
+        (Some(seq), None) => {
+            let pool = open_pool(None)?;
+            let loaded = checkpoint::load(fs, dir, seq, config, &pool)?;
             stats.checkpoint = Some(loaded.name);
             stats.checkpoint_snapshot = loaded.snapshot;
             stats.checkpoint_entries = loaded.entries;
-            (loaded.tables, loaded.snapshot, loaded.lsn)
+            (pool, loaded.tables, loaded.snapshot, loaded.lsn)
         }
-        None => (vec![(0, String::new(), BTree::with_pool(config, pool.clone())?)], 0, 0),
+        (None, _) => {
+            let pool = open_pool(None)?;
+            let table = BTree::with_pool(config, pool.clone())?;
+            (pool, vec![(0, String::new(), table)], 0, 0)
+        }
     };
     if tables.is_empty() {
         return Err(Error::Corruption {
@@ -151,8 +198,8 @@ pub(crate) fn recover(
     }
     stats.checkpoint_millis = loading.elapsed().as_millis() as u64;
     let replaying = Instant::now();
-    let batch = batch_bytes.map_or_else(|| replay::batch_bytes(pool), |b| usize::try_from(b).unwrap_or(usize::MAX));
-    let log = replay::replay(&mut tables, snapshot, config, pool, batch, |r| {
+    let batch = batch_bytes.map_or_else(|| replay::batch_bytes(&pool), |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let log = replay::replay(&mut tables, snapshot, config, &pool, batch, |r| {
         scan(fs, dir, lsn, repair, |record| r.record(record))
     })?;
     stats.replay_millis = replaying.elapsed().as_millis() as u64;
@@ -162,6 +209,8 @@ pub(crate) fn recover(
     stats.torn_tail = log.torn;
     stats.millis = started.elapsed().as_millis() as u64;
     Ok(Recovered {
+        pool,
+        chains,
         tables,
         max_ts: log.max_ts.max(snapshot),
         next_log_seq: log.files.last().map_or(1, |&(seq, _)| seq + 1),
@@ -171,4 +220,27 @@ pub(crate) fn recover(
         checkpoint_lsn: lsn,
         stats,
     })
+}
+
+/// The chain ids of a page checkpoint's leaf images, resolved to what they stood for: reads a
+/// tree recovered without a transaction layer (`tern check`, an offline backup).
+#[derive(Clone, Default)]
+pub(crate) struct RestoredChains(Arc<std::collections::HashMap<u64, Option<Box<[u8]>>>>);
+
+impl RestoredChains {
+    pub(crate) fn of(chains: &[ChainValue]) -> RestoredChains {
+        RestoredChains(Arc::new(chains.iter().map(|(_, id, v)| (*id, v.clone())).collect()))
+    }
+}
+
+impl crate::btree::Resolve for RestoredChains {
+    fn resolve(&self, chain: u64, out: &mut Vec<u8>) -> bool {
+        match self.0.get(&chain) {
+            Some(Some(value)) => {
+                out.extend_from_slice(value);
+                true
+            }
+            _ => false,
+        }
+    }
 }

@@ -52,6 +52,20 @@ impl Chains {
         u64::from(id)
     }
 
+    /// Makes `id` a live chain holding only a version restored from a checkpoint (at open,
+    /// before any reader: leaf images on disk hold these ids). False if `id` is not a chain id
+    /// or already live.
+    pub(crate) fn restore(&self, id: u64, value: Option<Box<[u8]>>) -> bool {
+        let Some(id) = u32::try_from(id).ok().filter(|&i| i != 0 && i != u32::MAX) else { return false };
+        let slot = self.heads.ensure(id);
+        if !slot.load(Relaxed).is_null() {
+            return false;
+        }
+        slot.store(super::version::Version::restored(value), Release);
+        self.next.fetch_max(id + 1, Relaxed);
+        true
+    }
+
     /// The newest version of chain `id` (null for an id that is not a chain: one read from a
     /// garbage slot by an optimistic reader, which its validation then rejects).
     #[inline]

@@ -97,6 +97,9 @@ pub(crate) struct Slot {
     pub state: AtomicU64,
 }
 
+/// The slot named as writer of versions restored from a checkpoint (never claimed).
+pub(crate) static RESTORED: Slot = Slot::new();
+
 impl Slot {
     const fn new() -> Slot {
         Slot { snapshot: AtomicU64::new(FREE), db: AtomicU64::new(0), state: AtomicU64::new(IDLE) }

@@ -159,7 +159,7 @@ impl<'db> Txn<'db> {
 
     /// How this transaction's reads resolve version chains.
     #[inline]
-    fn view(&self) -> View<'db> {
+    pub(crate) fn view(&self) -> View<'db> {
         View { reader: self.reader(), chains: &self.db.chains }
     }
 

@@ -90,6 +90,15 @@ impl Version {
         v
     }
 
+    /// A version restored from a checkpoint: what the key held at its snapshot (`None`: no
+    /// value), visible to every snapshot (timestamp `BASE`).
+    pub fn restored(value: Option<Box<[u8]>>) -> *mut Version {
+        let v = Version::new_uncommitted(&super::context::RESTORED, 0, value, ptr::null_mut());
+        // SAFETY: just allocated, not shared yet.
+        unsafe { &*v }.ts.store(BASE, Release);
+        v
+    }
+
     /// Whether `(slot, seq)` wrote this uncommitted version.
     #[inline]
     pub fn written_by(&self, me: Option<(&'static Slot, u64)>) -> bool {

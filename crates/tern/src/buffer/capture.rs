@@ -1,0 +1,407 @@
+//! Capturing the pages of a checkpoint as they were at one instant, while readers and writers
+//! go on.
+//!
+//! A checkpoint must write images that show the trees at one instant `I`: a parent written
+//! before a split and its child after it would lose the keys the split moved. Two mechanisms
+//! give that instant:
+//!
+//! * **The write gate.** Every tree operation that latches pages exclusively runs inside
+//!   [`Pool::enter_write`]: a per-stripe counter, one uncontended atomic add on entry and one
+//!   on exit. [`Pool::begin_capture`] raises `pending`, waits until no operation is inside
+//!   (operations arriving meanwhile wait outside, holding no latch), and starts generation `G`.
+//!   So at `I` no operation is half done, and every page change after `I` is made under an
+//!   exclusive latch taken after `I`.
+//! * **Copy before write.** Taking a page's exclusive latch stamps it with the pool's
+//!   generation ([`Pool::note_exclusive`]). While checkpoint `G` captures, the first exclusive
+//!   latch after `I` on a page the checkpoint must write (changed since the durable checkpoint,
+//!   not yet captured) first copies its image. The checkpointer takes every other page's image
+//!   under a shared latch (or, for a page on disk, under LOADING): nobody changed it since `I`.
+//!
+//! Which pages a checkpoint holds: those allocated at `I` (born at or before `G`, and not free
+//! at `I`; ids freed during the capture are kept out of reuse until it ends). Of those it writes
+//! the **changed** ones (stamped after the durable checkpoint's generation, or captured); the
+//! others keep their durable block. Pages allocated after `I` are not in it.
+//!
+//! Invariants:
+//! 1. While a capture is active, only the checkpointer writes a page it must write: eviction
+//!    checks, once it holds a page's WRITING claim, whether a capture needs the page, and skips
+//!    its write-back if so; the checkpointer takes the same claim to write (waiting out a
+//!    write-back that began before the instant). So the checkpoint's slot (the durable one's
+//!    spare) is written by one thread at a time, the checkpoint's image last, and a page changed
+//!    after its image was taken stays resident (it has no free slot) until the capture ends.
+//! 2. A checkpoint becomes durable slot by slot (`Capture::commit`) before the capture
+//!    ends, so eviction never picks a slot the new durable checkpoint uses.
+//! 3. A failed checkpoint (its capture dropped uncommitted) leaves the durable one as it was: its
+//!    blocks were never written, and its pages stay changed for the next checkpoint.
+
+use super::page::Page;
+use super::pool::Pool;
+use super::state::{self, DIRTY, EVICTED, FREE, LOADING};
+use crate::{Error, Result};
+use crossbeam_utils::CachePadded;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst,
+};
+use std::sync::Mutex as StdMutex;
+
+const STRIPES: usize = 16;
+
+thread_local! {
+    /// The pool whose gate this thread is inside, and how deeply (operations nest: an update
+    /// merges, a put writes overflow pages).
+    static INSIDE: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
+    /// This thread's stripe of the gate's counters.
+    static STRIPE: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Relaxed) % STRIPES
+    };
+}
+
+/// The capture's state in a pool (see the module doc).
+pub(crate) struct CaptureState {
+    /// Operations inside the gate, by stripe.
+    inside: Box<[CachePadded<AtomicUsize>]>,
+    /// A capture is starting: operations wait outside the gate.
+    pending: AtomicBool,
+    /// The generation pages changed now are stamped with (starts at 1).
+    pub(crate) gen: AtomicU32,
+    /// The durable checkpoint's generation: pages changed after it are stamped higher.
+    pub(crate) floor: AtomicU32,
+    /// The generation being captured (0: none).
+    pub(crate) active: AtomicU32,
+    /// Images copied by writers before their first change after the instant.
+    copies: StdMutex<HashMap<u32, Box<[u8]>>>,
+    /// Ids freed during the capture, given back when it ends.
+    pub(crate) deferred: StdMutex<Vec<u32>>,
+    /// One checkpoint at a time.
+    running: StdMutex<()>,
+}
+
+impl Default for CaptureState {
+    fn default() -> Self {
+        CaptureState {
+            inside: (0..STRIPES).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
+            pending: AtomicBool::new(false),
+            gen: AtomicU32::new(1),
+            floor: AtomicU32::new(0),
+            active: AtomicU32::new(0),
+            copies: StdMutex::default(),
+            deferred: StdMutex::default(),
+            running: StdMutex::new(()),
+        }
+    }
+}
+
+/// Inside a pool's write gate until dropped.
+#[must_use = "the operation leaves the gate when this is dropped"]
+pub(crate) struct Inside<'p> {
+    state: Option<&'p CaptureState>,
+    stripe: usize,
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state {
+            INSIDE.with(|c| {
+                let (pool, depth) = c.get();
+                c.set(if depth <= 1 { (0, 0) } else { (pool, depth - 1) });
+            });
+            state.inside[self.stripe].fetch_sub(1, Release);
+        }
+    }
+}
+
+/// A capture in progress: checkpoint generation `gen`.
+pub(crate) struct Capture<'p> {
+    pool: &'p Pool,
+    pub gen: u32,
+    floor: u32,
+    /// Page ids below this existed at the instant.
+    pub next: u32,
+    _running: std::sync::MutexGuard<'p, ()>,
+    done: bool,
+}
+
+/// One page of a checkpoint, as [`Capture::pages`] lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Member {
+    /// Unchanged since the durable checkpoint: its block there (kind, slot, crc).
+    Kept { kind: u8, slot: u8, crc: u32 },
+    /// Changed: [`Capture::take`] its image.
+    Changed,
+}
+
+/// A page image [`Capture::take`] found.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// Copied from memory; `seen` is the page's state word if it was unchanged since (its frame
+    /// may then be marked clean once the copy is written).
+    Copied { kind: u8, seen: Option<u64> },
+    /// Already in a block no checkpoint uses: the checkpoint takes that block as it is.
+    OnDisk { kind: u8, slot: u8, crc: u32 },
+}
+
+/// Whether a page with `f` is one checkpoint `gen` (durable generation `floor`) must write.
+pub(crate) fn must_write(f: &super::meta::Facts, floor: u32, gen: u32) -> bool {
+    (f.changed > floor && f.changed <= gen) || f.captured == gen
+}
+
+impl Pool {
+    /// Enters the write gate (see the module doc) for one tree operation; waits while a
+    /// capture is starting, unless this thread is already inside (a nested operation).
+    #[inline]
+    pub(crate) fn enter_write(&self) -> Inside<'_> {
+        if self.file.is_none() {
+            return Inside { state: None, stripe: 0 };
+        }
+        let state = &self.capture;
+        let me = self as *const Pool as usize;
+        let stripe = STRIPE.with(|s| *s);
+        let (pool, depth) = INSIDE.with(Cell::get);
+        if pool == me && depth > 0 {
+            state.inside[stripe].fetch_add(1, SeqCst);
+            INSIDE.with(|c| c.set((me, depth + 1)));
+            return Inside { state: Some(state), stripe };
+        }
+        loop {
+            state.inside[stripe].fetch_add(1, SeqCst);
+            if !state.pending.load(SeqCst) {
+                INSIDE.with(|c| c.set((me, 1)));
+                return Inside { state: Some(state), stripe };
+            }
+            state.inside[stripe].fetch_sub(1, SeqCst);
+            while state.pending.load(Acquire) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Called with page `pid` just latched exclusively (`page` its frame): stamps it changed,
+    /// and copies its image first if a capture needs the image it has now.
+    #[inline]
+    pub(crate) fn note_exclusive(&self, pid: u32, page: &Page) {
+        let Some(meta) = self.meta.get(pid) else { return };
+        let gen = self.capture.gen.load(Acquire);
+        if meta.facts().changed == gen {
+            return;
+        }
+        self.note_first_exclusive(pid, page, gen);
+    }
+
+    #[cold]
+    fn note_first_exclusive(&self, pid: u32, page: &Page, gen: u32) {
+        let meta = self.meta.get(pid).expect("checked");
+        let cap = self.capture.active.load(Acquire);
+        if cap != 0 {
+            let f = meta.facts();
+            if f.captured != cap && must_write(&f, self.capture.floor.load(Acquire), cap) {
+                let mut image = Vec::with_capacity(self.page_size());
+                page.read_into(0, self.page_size(), &mut image);
+                self.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).insert(pid, image.into_boxed_slice());
+                meta.set_captured(cap);
+            }
+        }
+        meta.set_changed(gen);
+    }
+
+    /// Reads every block of the durable checkpoint and checks it against its recorded checksum
+    /// (`tern check`); returns how many.
+    pub(crate) fn verify_durable(&self) -> Result<u64> {
+        let Some(file) = &self.file else { return Ok(0) };
+        let mut buf = Vec::with_capacity(self.page_size());
+        let mut checked = 0;
+        for pid in 0..self.next_id() {
+            let Some(meta) = self.meta.get(pid) else { continue };
+            let f = meta.facts();
+            if let Some(slot) = f.durable {
+                file.read_block(pid, Some(slot), f.crcs[slot as usize], &mut buf)?;
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Starts capturing checkpoint generation `G` at an instant when no tree operation is
+    /// half done; `at_instant` runs at that instant (to read the trees' roots). One checkpoint
+    /// at a time: a second caller waits.
+    pub(crate) fn begin_capture<R>(&self, at_instant: impl FnOnce() -> R) -> Result<(Capture<'_>, R)> {
+        let Some(file) = &self.file else {
+            return Err(Error::InvalidArgument("a pool without a page file has no checkpoints".into()));
+        };
+        if file.read_only {
+            return Err(Error::InvalidArgument("the page file is open read-only".into()));
+        }
+        let running = self.capture.running.lock().unwrap_or_else(|p| p.into_inner());
+        let state = &self.capture;
+        state.pending.store(true, SeqCst);
+        while state.inside.iter().map(|c| c.load(SeqCst)).sum::<usize>() != 0 {
+            std::thread::yield_now();
+        }
+        let gen = state.gen.load(SeqCst);
+        let floor = state.floor.load(SeqCst);
+        let next = self.next_id();
+        state.gen.store(gen + 1, SeqCst);
+        state.active.store(gen, SeqCst);
+        let r = at_instant();
+        state.pending.store(false, SeqCst);
+        Ok((Capture { pool: self, gen, floor, next, _running: running, done: false }, r))
+    }
+}
+
+impl Capture<'_> {
+    /// The pages of the checkpoint, by id (see [`Member`]).
+    pub(crate) fn pages(&self) -> Vec<(u32, Member)> {
+        let pool = self.pool;
+        let deferred: std::collections::HashSet<u32> =
+            pool.capture.deferred.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
+        let mut out = Vec::new();
+        for pid in 0..self.next {
+            let (Some(entry), Some(meta)) = (pool.table.get(pid), pool.meta.get(pid)) else { continue };
+            let f = meta.facts();
+            let free = state::state(entry.word.load(Acquire)) == FREE && !deferred.contains(&pid);
+            if free || f.born > self.gen {
+                continue;
+            }
+            let member = match f.durable {
+                Some(slot) if !must_write(&f, self.floor, self.gen) => {
+                    Member::Kept { kind: f.kind, slot, crc: f.crcs[slot as usize] }
+                }
+                _ => Member::Changed,
+            };
+            out.push((pid, member));
+        }
+        out
+    }
+
+    /// Takes page `pid`'s image at the instant into `buf`.
+    pub(crate) fn take(&self, pid: u32, buf: &mut Vec<u8>) -> Result<Taken> {
+        let pool = self.pool;
+        let entry = pool.table.get(pid).expect("a page of the capture");
+        let meta = pool.meta.get(pid).expect("a page of the capture");
+        let word = pool.state_word(entry);
+        loop {
+            if let Some(image) = pool.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid) {
+                buf.clear();
+                buf.extend_from_slice(&image);
+                return Ok(Taken::Copied { kind: meta.facts().kind, seen: None });
+            }
+            match state::state(word.load()) {
+                EVICTED => {
+                    if !word.try_begin_load() {
+                        continue;
+                    }
+                    let f = meta.facts();
+                    if f.captured == self.gen {
+                        word.release(EVICTED, false);
+                        continue;
+                    }
+                    let slot = f.latest.expect("an evicted page was written");
+                    let read = pool.file.as_ref().expect("captures have a file").read_block(
+                        pid,
+                        Some(slot),
+                        f.crcs[slot as usize],
+                        buf,
+                    );
+                    if read.is_ok() {
+                        meta.set_captured(self.gen);
+                    }
+                    word.release(EVICTED, false);
+                    read?;
+                    return Ok(Taken::OnDisk { kind: f.kind, slot, crc: f.crcs[slot as usize] });
+                }
+                LOADING => word.wait_loaded(),
+                FREE => {
+                    return Err(Error::Corruption {
+                        file: pool.file.as_ref().map(|f| f.name()).unwrap_or_default(),
+                        offset: 0,
+                        reason: format!("page {pid} was freed during a checkpoint before its image was taken"),
+                    })
+                }
+                _ => {
+                    if word.lock_shared().is_err() {
+                        continue;
+                    }
+                    let f = meta.facts();
+                    if f.captured == self.gen {
+                        word.unlock_shared();
+                        continue;
+                    }
+                    let w = word.load();
+                    let frame = pool.frame_of_entry(entry).expect("a resident page has a frame");
+                    buf.clear();
+                    frame.page.read_into(0, pool.page_size(), buf);
+                    meta.set_captured(self.gen);
+                    word.unlock_shared();
+                    let on_disk = f.latest.filter(|&s| w & DIRTY == 0 && Some(s) != f.durable);
+                    return Ok(match on_disk {
+                        Some(slot) => Taken::OnDisk { kind: f.kind, slot, crc: f.crcs[slot as usize] },
+                        None => Taken::Copied { kind: f.kind, seen: Some(w) },
+                    });
+                }
+            }
+        }
+    }
+
+    /// Writes a copied image (in `buf`) of page `pid` to the slot the durable checkpoint does not
+    /// use; returns the slot and its crc32c.
+    pub(crate) fn write(&self, pid: u32, buf: &[u8], seen: Option<u64>) -> Result<(u8, u32)> {
+        let pool = self.pool;
+        let meta = pool.meta.get(pid).expect("a page of the capture");
+        let word = pool.state_word(pool.table.get(pid).expect("a page of the capture"));
+        // A write-back that began before the instant may be writing the same slot: wait for
+        // it, and keep later ones off (they skip pages the capture writes).
+        let claimed = word.claim_for_checkpoint();
+        let slot = meta.facts().spare_slot();
+        let file = pool.file.as_ref().expect("captures have a file");
+        let written = file.write_page(pid, slot, buf);
+        if let Ok(crc) = written {
+            pool.counters.writes.fetch_add(1, Relaxed);
+            pool.note_file_extent(pid);
+            meta.note_written(slot, crc, true);
+        } else {
+            pool.counters.io_errors.fetch_add(1, Relaxed);
+        }
+        if claimed && word.finish_checkpoint_write(seen.filter(|_| written.is_ok())) {
+            pool.counters.dirty.fetch_sub(1, Relaxed);
+        }
+        Ok((slot, written?))
+    }
+
+    /// Makes the page file's writes durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.pool.file.as_ref().expect("captures have a file").sync()
+    }
+
+    /// The checkpoint is durable: `slots` gives the block of every page it holds (by id).
+    /// Ends the capture; cuts a free tail the checkpoint does not use.
+    pub(crate) fn commit(mut self, slots: &HashMap<u32, u8>) {
+        let pool = self.pool;
+        for pid in 0..self.next {
+            if let Some(meta) = pool.meta.get(pid) {
+                meta.set_durable(slots.get(&pid).copied());
+            }
+        }
+        pool.capture.floor.store(self.gen, SeqCst);
+        let extent = slots.keys().max().map_or(0, |&p| p + 1);
+        self.end(Some(extent));
+    }
+
+    fn end(&mut self, extent: Option<u32>) {
+        self.done = true;
+        let pool = self.pool;
+        pool.capture.active.store(0, SeqCst);
+        pool.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let deferred = std::mem::take(&mut *pool.capture.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        pool.give_back_ids(deferred, extent);
+    }
+}
+
+impl Drop for Capture<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.end(None);
+        }
+    }
+}

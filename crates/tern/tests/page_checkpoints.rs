@@ -1,0 +1,160 @@
+//! Page checkpoints: a checkpoint taken while writers and the evictor run holds the database
+//! at its snapshot, writes only what changed, and opens without loading the data.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use tern::btree::TreeConfig;
+use tern::{Db, Durability, Options, WalConfig};
+
+/// 4 KiB pages in a 16-frame cache, so almost every page lives on disk; checkpoints only when
+/// asked; writes acknowledged without waiting for the disk (the test never crashes).
+fn options() -> Options {
+    Options {
+        tree: TreeConfig { page_size: 4096, ..TreeConfig::default() },
+        cache_bytes: 64 << 10,
+        wal: WalConfig {
+            durability: Durability::NoSync,
+            checkpoint_bytes: u64::MAX,
+            checkpoint_on_close: false,
+            ..WalConfig::default()
+        },
+        ..Options::default()
+    }
+}
+
+fn value(thread: u64, i: u64, round: u64) -> Vec<u8> {
+    let len = 20 + (i * 7 + round) % 180;
+    format!("{thread}/{i}/{round}/").into_bytes().into_iter().cycle().take(len as usize).collect()
+}
+
+/// Each thread owns keys `t/<thread>/<i>`: the model is what the last write of each left.
+fn writer(db: &Db, thread: u64, rounds: u64, keys: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    let mut x = thread * 7919 + 1;
+    for round in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = x % keys;
+        let key = format!("t/{thread}/{i:06}").into_bytes();
+        let mut t = db.begin().unwrap();
+        if x % 5 == 0 {
+            t.delete(&key).unwrap();
+            t.commit().unwrap();
+            model.remove(&key);
+        } else {
+            let v = value(thread, i, round);
+            t.put(&key, &v).unwrap();
+            t.commit().unwrap();
+            model.insert(key, v);
+        }
+    }
+    model
+}
+
+fn contents(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    db.begin_read().unwrap().range(..).unwrap().collect()
+}
+
+/// The first difference between two states, readable.
+fn first_difference(got: &BTreeMap<Vec<u8>, Vec<u8>>, want: &BTreeMap<Vec<u8>, Vec<u8>>) -> Option<String> {
+    let show = |v: Option<&Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned());
+    let keys: std::collections::BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
+    let differs = keys.into_iter().filter(|k| got.get(*k) != want.get(*k)).collect::<Vec<_>>();
+    let k = differs.first()?;
+    Some(format!(
+        "{} keys differ; first {}: got {:?}, want {:?}",
+        differs.len(),
+        String::from_utf8_lossy(k),
+        show(got.get(*k)),
+        show(want.get(*k))
+    ))
+}
+
+#[test]
+fn checkpoints_beside_writers_and_the_evictor_hold_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), options()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let checkpointer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Relaxed) {
+                if db.checkpoint().unwrap().is_some() {
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
+    let writers: Vec<_> = (0..3)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || writer(&db, t, 6000, 2000))
+        })
+        .collect();
+    let mut model = BTreeMap::new();
+    for w in writers {
+        model.extend(w.join().unwrap());
+    }
+    stop.store(true, Relaxed);
+    let checkpoints = checkpointer.join().unwrap();
+    assert!(checkpoints >= 2, "{checkpoints} checkpoints ran beside the writers");
+    assert_eq!(first_difference(&contents(&db), &model), None, "the running database");
+    let stats = db.stats();
+    assert!(stats.buffer.evictions > 0, "{:?}", stats.buffer);
+    // The last checkpoint plus the log after it.
+    Arc::into_inner(db).unwrap().close().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    let r = db.stats().recovery.unwrap();
+    assert!(r.checkpoint_pages > 0 && r.checkpoint_entries == 0, "opened from a page checkpoint: {r}");
+    assert_eq!(first_difference(&contents(&db), &model), None, "after reopening: {r}");
+    // A checkpoint with nothing after it: the pages alone hold everything.
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    let report = tern::recovery::check(dir.path()).unwrap();
+    assert_eq!(report.recovery.records_replayed, 0, "{}", report.recovery);
+    assert_eq!(report.pages_checked, report.recovery.checkpoint_pages, "every block of the map is checked");
+    assert_eq!(report.pages_live, report.pages_in_tables);
+    let db = Db::open(dir.path(), options()).unwrap();
+    let r = db.stats().recovery.unwrap();
+    assert_eq!(r.records_replayed, 0, "{r}");
+    assert_eq!(first_difference(&contents(&db), &model), None, "from the pages alone: {r}");
+}
+
+#[test]
+fn a_checkpoint_writes_the_pages_that_changed_not_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { cache_bytes: 16 << 20, ..options() };
+    let db = Db::open(dir.path(), options.clone()).unwrap();
+    for chunk in 0..20u64 {
+        let mut t = db.begin().unwrap();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            t.put(format!("key{i:08}").as_bytes(), &[i as u8; 100]).unwrap();
+        }
+        t.commit().unwrap();
+    }
+    let first = db.checkpoint().unwrap().unwrap();
+    assert_eq!(first.pages_written, first.pages, "the first checkpoint writes every page");
+    for i in (0..20_000u64).step_by(2000) {
+        let mut t = db.begin().unwrap();
+        t.put(format!("key{i:08}").as_bytes(), b"changed").unwrap();
+        t.commit().unwrap();
+    }
+    db.gc();
+    let second = db.checkpoint().unwrap().unwrap();
+    assert!(second.pages_written <= 12, "10 updates rewrote {} of {} pages", second.pages_written, second.pages);
+    assert!(second.bytes < first.bytes / 20, "{} bytes vs {}", second.bytes, first.bytes);
+    assert_eq!(db.stats().checkpoints.last_bytes, second.bytes);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), options).unwrap();
+    let r = db.stats().recovery.unwrap();
+    assert_eq!((r.records_replayed, r.checkpoint_pages), (0, second.pages), "{r}");
+    assert_eq!(db.stats().buffer.reads, 0, "opening read no page");
+    let t = db.begin_read().unwrap();
+    assert_eq!(t.get(b"key00002000").unwrap().as_deref(), Some(&b"changed"[..]));
+    assert_eq!(t.get(b"key00002001").unwrap(), Some(vec![2001u64 as u8; 100]));
+    assert_eq!(t.range(..).unwrap().count(), 20_000);
+}
