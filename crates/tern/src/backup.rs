@@ -21,8 +21,8 @@
 //! 3. Nothing in the source's directory is written: a destination inside it is refused, and a
 //!    closed source is recovered read-only into a scratch pool, as `tern check` does.
 //!
-//! Cost: checkpoints are still a logical dump of every entry (until page checkpoints,
-//! `docs/page-checkpoints.md`), so a backup reads and writes the whole database.
+//! Cost: the copy is a logical checkpoint (every entry; `checkpoint/mod.rs`), so a backup reads
+//! and writes the whole database, and opening the copy loads it into a new page file.
 
 use crate::btree::TreeConfig;
 use crate::checkpoint::Writer;

@@ -687,7 +687,12 @@ impl DbInner {
                 millis: started.elapsed().as_millis() as u64,
             }))
         })();
-        if result.is_err() {
+        if let Err(e) = &result {
+            if self.pool.writes_stopped() {
+                // The page file took no more writes after a failed sync: nothing more may be
+                // acknowledged either (see `checkpoint/pages.rs`).
+                d.wal.stop(format!("checkpoint: {e}"));
+            }
             d.wal.checkpoint_done(None)?;
         }
         result

@@ -240,6 +240,11 @@ pub struct Faults {
     pub fail_syncs: AtomicBool,
     /// Positional reads (page-file reads) fail with `EIO`.
     pub fail_reads: AtomicBool,
+    /// Positional writes (page-file writes) fail with `EIO`; the log's writes go on.
+    pub fail_page_writes: AtomicBool,
+    /// Positional writes write only the first half of what they are given and report success:
+    /// the block a crash during a page write leaves (half new, half old).
+    pub torn_page_writes: AtomicBool,
     /// Bytes that may still be written before writes fail with `ENOSPC` (`u64::MAX`: no limit).
     pub space_left: AtomicU64,
     /// Bytes written through this file system.
@@ -260,6 +265,8 @@ impl Default for Faults {
             fail_writes: AtomicBool::new(false),
             fail_syncs: AtomicBool::new(false),
             fail_reads: AtomicBool::new(false),
+            fail_page_writes: AtomicBool::new(false),
+            torn_page_writes: AtomicBool::new(false),
             space_left: AtomicU64::new(u64::MAX),
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
@@ -344,10 +351,14 @@ impl RandomFile for FaultRandomFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let f = &self.faults;
         f.step("pwrite")?;
-        if f.fail_writes.load(Relaxed) {
+        if f.fail_writes.load(Relaxed) || f.fail_page_writes.load(Relaxed) {
             return Err(eio("pwrite"));
         }
         f.take_space(buf.len())?;
+        if f.torn_page_writes.load(Relaxed) {
+            self.inner.write_at(&buf[..buf.len() / 2], offset)?;
+            return Ok(());
+        }
         self.inner.write_at(buf, offset)?;
         f.bytes_written.fetch_add(buf.len() as u64, Relaxed);
         Ok(())

@@ -50,6 +50,14 @@ fn writer(db: &Db, thread: u64, rounds: u64, keys: u64) -> BTreeMap<Vec<u8>, Vec
             model.insert(key, v);
         }
     }
+    // Then most keys go: leaves merge and pages are freed while checkpoints capture.
+    for i in (0..keys).filter(|i| i % 10 != 0) {
+        let key = format!("t/{thread}/{i:06}").into_bytes();
+        let mut t = db.begin().unwrap();
+        t.delete(&key).unwrap();
+        t.commit().unwrap();
+        model.remove(&key);
+    }
     model
 }
 
@@ -107,6 +115,8 @@ fn checkpoints_beside_writers_and_the_evictor_hold_the_database() {
     assert!(stats.buffer.evictions > 0, "{:?}", stats.buffer);
     // The last checkpoint plus the log after it.
     Arc::into_inner(db).unwrap().close().unwrap();
+    let report = tern::recovery::check(dir.path()).unwrap();
+    assert_eq!(report.pages_live, report.pages_in_tables, "no page lost to no table: {}", report.recovery);
     let db = Db::open(dir.path(), options()).unwrap();
     let r = db.stats().recovery.unwrap();
     assert!(r.checkpoint_pages > 0 && r.checkpoint_entries == 0, "opened from a page checkpoint: {r}");
@@ -157,4 +167,91 @@ fn a_checkpoint_writes_the_pages_that_changed_not_the_database() {
     assert_eq!(t.get(b"key00002000").unwrap().as_deref(), Some(&b"changed"[..]));
     assert_eq!(t.get(b"key00002001").unwrap(), Some(vec![2001u64 as u8; 100]));
     assert_eq!(t.range(..).unwrap().count(), 20_000);
+}
+
+fn fill(db: &Db, from: u64, to: u64, tag: u8) {
+    let mut t = db.begin().unwrap();
+    for i in from..to {
+        t.put(format!("key{i:08}").as_bytes(), &[tag; 100]).unwrap();
+    }
+    t.commit().unwrap();
+}
+
+fn faulty(dir: &std::path::Path, options: Options) -> (Db, tern::fs::FaultFs) {
+    let fs = tern::fs::FaultFs::new();
+    (Db::open_with_fs(dir, options, Arc::new(fs.clone())).unwrap(), fs)
+}
+
+#[test]
+fn an_io_error_or_a_full_disk_on_page_writes_fails_that_checkpoint_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (db, fs) = faulty(dir.path(), options());
+        fill(&db, 0, 3000, 1);
+        db.checkpoint().unwrap().unwrap();
+        fill(&db, 0, 1500, 2);
+        fs.faults.fail_page_writes.store(true, Relaxed);
+        let err = db.checkpoint().unwrap_err();
+        assert!(matches!(err, tern::Error::Io { .. }), "{err}");
+        fs.faults.fail_page_writes.store(false, Relaxed);
+        fs.faults.space_left.store(0, Relaxed);
+        let err = db.checkpoint().unwrap_err();
+        assert!(err.to_string().contains("space"), "{err}");
+        fs.faults.space_left.store(u64::MAX, Relaxed);
+        let stats = db.stats().checkpoints;
+        assert_eq!(stats.failed, 2, "{stats:?}");
+        // Reads go on; the log holds every commit since the last good checkpoint.
+        let t = db.begin_read().unwrap();
+        assert_eq!(t.get(b"key00000007").unwrap(), Some(vec![2; 100]));
+        assert_eq!(t.get(b"key00002007").unwrap(), Some(vec![1; 100]));
+        drop(t);
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), options()).unwrap();
+    let r = db.stats().recovery.unwrap();
+    assert!(r.records_replayed >= 1, "the updates come back from the log: {r}");
+    let t = db.begin_read().unwrap();
+    let all: Vec<(Vec<u8>, Vec<u8>)> = t.range(..).unwrap().collect();
+    assert_eq!(all.len(), 3000);
+    assert!(all.iter().enumerate().all(|(i, (_, v))| v[0] == if i < 1500 { 2 } else { 1 }));
+    drop(t);
+    // The next checkpoint succeeds and holds it all.
+    db.checkpoint().unwrap().unwrap();
+    db.close().unwrap();
+    tern::recovery::check(dir.path()).unwrap();
+}
+
+#[test]
+fn a_torn_page_write_is_found_by_its_checksum_never_read_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // A cache that holds everything: only the checkpoint writes pages.
+        let (db, fs) = faulty(dir.path(), Options { cache_bytes: 16 << 20, ..options() });
+        fill(&db, 0, 3000, 1);
+        db.checkpoint().unwrap().unwrap();
+        fill(&db, 0, 3000, 2);
+        // The disk claims the writes went through, but each page is half new, half old.
+        fs.faults.torn_page_writes.store(true, Relaxed);
+        db.checkpoint().unwrap().unwrap();
+        fs.faults.torn_page_writes.store(false, Relaxed);
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), options()).unwrap();
+    let t = db.begin_read().unwrap();
+    let mut range = t.range(..).unwrap();
+    for (_, v) in &mut range {
+        assert_eq!(v, vec![2; 100], "a value read is a value written");
+    }
+    match range.take_error() {
+        Some(tern::Error::Corruption { file, offset, reason }) => {
+            assert_eq!(file, "pages");
+            assert!(offset > 0 && reason.contains("page ") && reason.contains("checksum"), "{offset} {reason}");
+        }
+        other => panic!("the torn pages are reported: {other:?}"),
+    }
+    drop(range);
+    drop(t);
+    drop(db);
+    let err = tern::recovery::check(dir.path()).unwrap_err();
+    assert!(matches!(err, tern::Error::Corruption { .. }), "{err}");
 }

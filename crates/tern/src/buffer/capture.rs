@@ -5,9 +5,9 @@
 //! before a split and its child after it would lose the keys the split moved. Two mechanisms
 //! give that instant:
 //!
-//! * **The write gate.** Every tree operation that latches pages exclusively runs inside
-//!   [`Pool::enter_write`]: a per-stripe counter, one uncontended atomic add on entry and one
-//!   on exit. [`Pool::begin_capture`] raises `pending`, waits until no operation is inside
+//! * **The write gate** (`gate.rs`). Every tree operation that latches pages exclusively runs
+//!   inside [`Pool::enter_write`]: a per-stripe counter, one uncontended atomic add on entry
+//!   and one on exit. [`Pool::begin_capture`] closes it, waits until no operation is inside
 //!   (operations arriving meanwhile wait outside, holding no latch), and starts generation `G`.
 //!   So at `I` no operation is half done, and every page change after `I` is made under an
 //!   exclusive latch taken after `I`.
@@ -34,23 +34,21 @@
 //! 3. A failed checkpoint (its capture dropped uncommitted) leaves the durable one as it was: its
 //!    blocks were never written, and its pages stay changed for the next checkpoint.
 
+use super::gate::Gate;
 use super::page::Page;
 use super::pool::Pool;
-use super::state::{self, DIRTY, EVICTED, FREE, LOADING};
+use super::state::{self, DIRTY, EVICTED, FREE, LOADING, WRITING};
 use crate::{Error, Result};
-use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst,
-};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Mutex as StdMutex;
 
 const STRIPES: usize = 16;
 
 thread_local! {
-    /// The pool whose gate this thread is inside, and how deeply (operations nest: an update
-    /// merges, a put writes overflow pages).
+    /// The pool whose gate this thread entered last, and how deeply (operations nest: an
+    /// update merges, a put writes overflow pages; each guard restores what it found).
     static INSIDE: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
     /// This thread's stripe of the gate's counters.
     static STRIPE: usize = {
@@ -61,10 +59,8 @@ thread_local! {
 
 /// The capture's state in a pool (see the module doc).
 pub(crate) struct CaptureState {
-    /// Operations inside the gate, by stripe.
-    inside: Box<[CachePadded<AtomicUsize>]>,
-    /// A capture is starting: operations wait outside the gate.
-    pending: AtomicBool,
+    /// Tree operations that latch pages exclusively run inside it.
+    gate: Gate,
     /// The generation pages changed now are stamped with (starts at 1).
     pub(crate) gen: AtomicU32,
     /// The durable checkpoint's generation: pages changed after it are stamped higher.
@@ -82,8 +78,7 @@ pub(crate) struct CaptureState {
 impl Default for CaptureState {
     fn default() -> Self {
         CaptureState {
-            inside: (0..STRIPES).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
-            pending: AtomicBool::new(false),
+            gate: Gate::new(STRIPES),
             gen: AtomicU32::new(1),
             floor: AtomicU32::new(0),
             active: AtomicU32::new(0),
@@ -99,16 +94,15 @@ impl Default for CaptureState {
 pub(crate) struct Inside<'p> {
     state: Option<&'p CaptureState>,
     stripe: usize,
+    /// The thread's gate before this one (restored on leaving: gates of different pools nest).
+    before: (usize, u32),
 }
 
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
         if let Some(state) = self.state {
-            INSIDE.with(|c| {
-                let (pool, depth) = c.get();
-                c.set(if depth <= 1 { (0, 0) } else { (pool, depth - 1) });
-            });
-            state.inside[self.stripe].fetch_sub(1, Release);
+            INSIDE.with(|c| c.set(self.before));
+            state.gate.leave(self.stripe);
         }
     }
 }
@@ -118,8 +112,10 @@ pub(crate) struct Capture<'p> {
     pool: &'p Pool,
     pub gen: u32,
     floor: u32,
-    /// Page ids below this existed at the instant.
+    /// Page ids below this existed at the instant...
     pub next: u32,
+    /// ...except these, free at the instant.
+    free: std::collections::BTreeSet<u32>,
     _running: std::sync::MutexGuard<'p, ()>,
     done: bool,
 }
@@ -154,28 +150,20 @@ impl Pool {
     #[inline]
     pub(crate) fn enter_write(&self) -> Inside<'_> {
         if self.file.is_none() {
-            return Inside { state: None, stripe: 0 };
+            return Inside { state: None, stripe: 0, before: (0, 0) };
         }
         let state = &self.capture;
         let me = self as *const Pool as usize;
-        let stripe = STRIPE.with(|s| *s);
-        let (pool, depth) = INSIDE.with(Cell::get);
-        if pool == me && depth > 0 {
-            state.inside[stripe].fetch_add(1, SeqCst);
-            INSIDE.with(|c| c.set((me, depth + 1)));
-            return Inside { state: Some(state), stripe };
+        let stripe = STRIPE.with(|s| *s) % state.gate.stripes();
+        let before = INSIDE.with(Cell::get);
+        if before.0 == me && before.1 > 0 {
+            state.gate.enter_nested(stripe);
+            INSIDE.with(|c| c.set((me, before.1 + 1)));
+        } else {
+            state.gate.enter(stripe);
+            INSIDE.with(|c| c.set((me, 1)));
         }
-        loop {
-            state.inside[stripe].fetch_add(1, SeqCst);
-            if !state.pending.load(SeqCst) {
-                INSIDE.with(|c| c.set((me, 1)));
-                return Inside { state: Some(state), stripe };
-            }
-            state.inside[stripe].fetch_sub(1, SeqCst);
-            while state.pending.load(Acquire) {
-                std::thread::yield_now();
-            }
-        }
+        Inside { state: Some(state), stripe, before }
     }
 
     /// Called with page `pid` just latched exclusively (`page` its frame): stamps it changed,
@@ -199,8 +187,13 @@ impl Pool {
             if f.captured != cap && must_write(&f, self.capture.floor.load(Acquire), cap) {
                 let mut image = Vec::with_capacity(self.page_size());
                 page.read_into(0, self.page_size(), &mut image);
-                self.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).insert(pid, image.into_boxed_slice());
-                meta.set_captured(cap);
+                let mut copies = self.capture.copies.lock().unwrap_or_else(|p| p.into_inner());
+                // A capture that ended meanwhile (it clears the copies and `active` under this
+                // lock) must not find this copy in the next one.
+                if self.capture.active.load(Acquire) == cap {
+                    copies.insert(pid, image.into_boxed_slice());
+                    meta.set_captured(cap);
+                }
             }
         }
         meta.set_changed(gen);
@@ -230,23 +223,22 @@ impl Pool {
         let Some(file) = &self.file else {
             return Err(Error::InvalidArgument("a pool without a page file has no checkpoints".into()));
         };
-        if file.read_only {
-            return Err(Error::InvalidArgument("the page file is open read-only".into()));
+        if file.refuses_writes() {
+            return Err(Error::InvalidArgument("the page file takes no writes (read-only, or a sync failed)".into()));
         }
         let running = self.capture.running.lock().unwrap_or_else(|p| p.into_inner());
         let state = &self.capture;
-        state.pending.store(true, SeqCst);
-        while state.inside.iter().map(|c| c.load(SeqCst)).sum::<usize>() != 0 {
-            std::thread::yield_now();
-        }
-        let gen = state.gen.load(SeqCst);
-        let floor = state.floor.load(SeqCst);
-        let next = self.next_id();
-        state.gen.store(gen + 1, SeqCst);
-        state.active.store(gen, SeqCst);
-        let r = at_instant();
-        state.pending.store(false, SeqCst);
-        Ok((Capture { pool: self, gen, floor, next, _running: running, done: false }, r))
+        let (gen, floor, (next, free), r) = state.gate.at_instant(|| {
+            let gen = state.gen.load(SeqCst);
+            let floor = state.floor.load(SeqCst);
+            // Which pages the checkpoint holds is decided here: a page freed later is still
+            // in it (its id stays out of reuse until the capture ends).
+            let ids = self.ids_at_instant();
+            state.gen.store(gen + 1, SeqCst);
+            state.active.store(gen, SeqCst);
+            (gen, floor, ids, at_instant())
+        });
+        Ok((Capture { pool: self, gen, floor, next, free, _running: running, done: false }, r))
     }
 }
 
@@ -254,14 +246,11 @@ impl Capture<'_> {
     /// The pages of the checkpoint, by id (see [`Member`]).
     pub(crate) fn pages(&self) -> Vec<(u32, Member)> {
         let pool = self.pool;
-        let deferred: std::collections::HashSet<u32> =
-            pool.capture.deferred.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
         let mut out = Vec::new();
         for pid in 0..self.next {
-            let (Some(entry), Some(meta)) = (pool.table.get(pid), pool.meta.get(pid)) else { continue };
+            let Some(meta) = pool.meta.get(pid) else { continue };
             let f = meta.facts();
-            let free = state::state(entry.word.load(Acquire)) == FREE && !deferred.contains(&pid);
-            if free || f.born > self.gen {
+            if self.free.contains(&pid) || f.born > self.gen {
                 continue;
             }
             let member = match f.durable {
@@ -323,18 +312,21 @@ impl Capture<'_> {
                     if word.lock_shared().is_err() {
                         continue;
                     }
+                    // The word first: a page clean and not being written cannot be claimed by a
+                    // write-back while the shared latch is held, so its facts read after are
+                    // stable (a write-back still finishing would change them under us).
+                    let w = word.load();
                     let f = meta.facts();
                     if f.captured == self.gen {
                         word.unlock_shared();
                         continue;
                     }
-                    let w = word.load();
                     let frame = pool.frame_of_entry(entry).expect("a resident page has a frame");
                     buf.clear();
                     frame.page.read_into(0, pool.page_size(), buf);
                     meta.set_captured(self.gen);
                     word.unlock_shared();
-                    let on_disk = f.latest.filter(|&s| w & DIRTY == 0 && Some(s) != f.durable);
+                    let on_disk = f.latest.filter(|&s| w & (DIRTY | WRITING) == 0 && Some(s) != f.durable);
                     return Ok(match on_disk {
                         Some(slot) => Taken::OnDisk { kind: f.kind, slot, crc: f.crcs[slot as usize] },
                         None => Taken::Copied { kind: f.kind, seen: Some(w) },
@@ -391,8 +383,11 @@ impl Capture<'_> {
     fn end(&mut self, extent: Option<u32>) {
         self.done = true;
         let pool = self.pool;
-        pool.capture.active.store(0, SeqCst);
-        pool.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        {
+            let mut copies = pool.capture.copies.lock().unwrap_or_else(|p| p.into_inner());
+            pool.capture.active.store(0, SeqCst);
+            copies.clear();
+        }
         let deferred = std::mem::take(&mut *pool.capture.deferred.lock().unwrap_or_else(|p| p.into_inner()));
         pool.give_back_ids(deferred, extent);
     }

@@ -187,7 +187,7 @@ impl Pool {
     /// being written are skipped. The first I/O error stops the batch and is returned.
     pub(crate) fn write_back(&self, pids: &mut [u32]) -> Result<()> {
         let file = self.file.as_ref().expect("only pools with a file evict");
-        if file.read_only {
+        if file.refuses_writes() {
             return Ok(()); // dirty pages stay in memory
         }
         pids.sort_unstable();

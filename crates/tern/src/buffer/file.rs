@@ -24,6 +24,9 @@ pub(crate) struct PageFile {
     page_size: usize,
     /// Opened for reading only (`tern check`): nothing is ever written.
     pub(crate) read_only: bool,
+    /// A sync of this file failed: the kernel may have dropped pages it could not write, so
+    /// nothing more is written (no block the durable checkpoint may yet need is touched).
+    pub(crate) stopped: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {
@@ -37,7 +40,7 @@ impl PageFile {
         let file = fs
             .create_random(&path)
             .map_err(|source| Error::Io { what: format!("creating page file {}", path.display()), source })?;
-        Ok(PageFile { file, path, page_size, read_only: false })
+        Ok(PageFile { file, path, page_size, read_only: false, stopped: Default::default() })
     }
 
     /// Opens the existing page file at `path` (its blocks are a checkpoint's).
@@ -45,7 +48,7 @@ impl PageFile {
         let file = fs
             .open_random(&path, read_only)
             .map_err(|source| Error::Io { what: format!("opening page file {}", path.display()), source })?;
-        Ok(PageFile { file, path, page_size, read_only })
+        Ok(PageFile { file, path, page_size, read_only, stopped: Default::default() })
     }
 
     /// The file's name, for errors.
@@ -98,8 +101,13 @@ impl PageFile {
     /// Writes `image` (one page) to page `pid`'s slot `slot`; returns its crc32c.
     pub(crate) fn write_page(&self, pid: u32, slot: u8, image: &[u8]) -> Result<u32> {
         debug_assert_eq!(image.len(), self.page_size);
-        debug_assert!(!self.read_only);
         let offset = self.offset(pid, slot);
+        if self.refuses_writes() {
+            return Err(Error::Io {
+                what: format!("writing page {pid} of {} at offset {offset}", self.name()),
+                source: std::io::Error::other("the page file takes no more writes after a failed sync"),
+            });
+        }
         self.file.write_at(image, offset).map_err(|source| Error::Io {
             what: format!("writing page {pid} of {} at offset {offset}", self.name()),
             source,
@@ -107,9 +115,22 @@ impl PageFile {
         Ok(crc32c::crc32c(image))
     }
 
-    /// Makes every write so far durable.
+    /// Makes every write so far durable. A failure is final: the file takes no more writes.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.file.sync().map_err(|source| Error::Io { what: format!("syncing {}", self.name()), source })
+        self.file.sync().map_err(|source| {
+            self.stop();
+            Error::Io { what: format!("syncing {}", self.name()), source }
+        })
+    }
+
+    /// Takes no more writes (see [`stopped`](Self::stopped)).
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether writes are refused (read-only, or stopped).
+    pub(crate) fn refuses_writes(&self) -> bool {
+        self.read_only || self.stopped.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Runs `f` with this thread's page buffer.

@@ -97,3 +97,36 @@ fn an_exclusive_writer_is_never_seen_half_done() {
         assert!(page.0.load(Relaxed) & state::DIRTY != 0);
     });
 }
+
+/// The write gate (`gate.rs`): a checkpoint's instant never overlaps a tree operation, and an
+/// operation that starts after the instant sees what the instant did (the generation it
+/// bumped), so it copies a page before changing it.
+#[test]
+fn no_operation_is_inside_the_gate_at_a_checkpoints_instant() {
+    use super::gate::Gate;
+    use loom::sync::atomic::AtomicBool;
+    loom::model(|| {
+        let shared = Arc::new((Gate::new(2), AtomicBool::new(false), AtomicU64::new(0)));
+        let writer = {
+            let shared = shared.clone();
+            loom::thread::spawn(move || {
+                let (gate, inside, gen) = &*shared;
+                gate.enter(1);
+                inside.store(true, Relaxed);
+                // An operation reads the generation once and works under it throughout: it
+                // must not also be seen inside by the instant that changes it.
+                let seen = gen.load(Relaxed);
+                inside.store(false, Relaxed);
+                gate.leave(1);
+                seen
+            })
+        };
+        let (gate, inside, gen) = &*shared;
+        gate.at_instant(|| {
+            assert!(!inside.load(Relaxed), "an operation is inside at the instant");
+            gen.store(1, Relaxed);
+        });
+        let seen = writer.join().unwrap();
+        assert!(seen <= 1);
+    });
+}

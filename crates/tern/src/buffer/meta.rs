@@ -105,10 +105,10 @@ impl Meta {
         }
     }
 
-    /// The page was freed: its latest image is gone (its durable one stays until a checkpoint
-    /// no longer needs it).
+    /// The page was freed: its latest image is gone (its durable one, and its kind, stay until
+    /// a checkpoint no longer needs them).
     pub(crate) fn free(&self) {
-        self.update_bits(|b| b & !(WRITTEN | KIND));
+        self.update_bits(|b| b & !WRITTEN);
     }
 
     /// Stamps the page changed in generation `gen` (returns the generation it had).

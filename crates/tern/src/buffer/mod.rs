@@ -3,8 +3,9 @@
 //!
 //! The design follows vmcache (Leis et al., SIGMOD 2023) with a page table instead of a
 //! virtual-memory reservation: page ids index a dense table of 16-byte entries (a state word
-//! and a frame address), page `p` is block `p` of the page file, and eviction is a clock over
-//! the frames. Components:
+//! and a frame address), page `p` owns blocks `2p` and `2p + 1` of the page file (its two
+//! slots: the durable checkpoint's image and the next one), and eviction is a clock over the
+//! frames. Components:
 //!
 //! * `state.rs`: the state word, latch + version + residency in one `u64`.
 //! * `page.rs`: a page's bytes as atomic words (optimistic readers race writers safely).
@@ -13,6 +14,9 @@
 //! * `guard.rs`: the optimistic, shared and exclusive guards the B+tree holds.
 //! * `evict.rs`: the clock, batched write-back, the background evictor.
 //! * `file.rs`: the page file (positional I/O through `Fs`, crc32c per block).
+//! * `meta.rs`: cold per-page facts (slots, checksums, generations).
+//! * `capture.rs`: a checkpoint's images of every page at one instant (write gate, copy
+//!   before write).
 //! * `stats.rs`: counters, [`BufferStats`].
 //!
 //! Invariants (each file states its own in detail):
@@ -31,14 +35,19 @@
 //!    short of frames evicts a small batch itself, skipping latched pages, and goes over the
 //!    bound (counted in `over_capacity`) rather than wait for latches it may hold.
 //! 6. Memory-only pools (no file) never evict; their pages live until freed.
+//! 7. No write but a checkpoint's targets a block the durable checkpoint uses, and a capture's
+//!    pages are written by the checkpoint alone (`capture.rs`), so the durable checkpoint's
+//!    blocks stay intact until the next one is durable.
 //!
-//! Until page checkpoints arrive, the page file is scratch space recreated at every open;
-//! durability comes from the checkpoint and the log, which stream through the pool.
+//! The page file of a database is the database: the newest page checkpoint names a block of
+//! it for every page, and opening reads pages from it on demand (`Pool::open_file`). A
+//! temporary database's pool pages to an unlinked scratch file.
 
 mod capture;
 mod evict;
 mod file;
 mod frames;
+mod gate;
 mod guard;
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -438,7 +438,7 @@ impl Pool {
             self.durable_extent.store(extent, Relaxed);
         }
         let Some(file) = &self.file else { return };
-        if file.read_only || self.capture.active.load(std::sync::atomic::Ordering::Acquire) != 0 {
+        if file.refuses_writes() || self.capture.active.load(std::sync::atomic::Ordering::Acquire) != 0 {
             return;
         }
         let keep = ids.next.max(self.durable_extent.load(Relaxed));
@@ -448,6 +448,24 @@ impl Pool {
         if worth && file.set_pages(keep).is_ok() {
             self.file_pages.store(keep, Relaxed);
             self.counters.truncations.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The ids handed out and the free ones among them (a capture's instant).
+    pub(crate) fn ids_at_instant(&self) -> (u32, BTreeSet<u32>) {
+        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        (ids.next, ids.free.clone())
+    }
+
+    /// Whether a sync of the page file failed (it takes no more writes).
+    pub(crate) fn writes_stopped(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.stopped.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// The page file takes no more writes (a sync failed; see `checkpoint/pages.rs`).
+    pub(crate) fn stop_writes(&self) {
+        if let Some(f) = &self.file {
+            f.stop();
         }
     }
 

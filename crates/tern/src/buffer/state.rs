@@ -450,12 +450,13 @@ impl<A: Word> StateWord<'_, A> {
     }
 
     /// Claims the checkpoint's write of a resident page (any latch may be held meanwhile):
-    /// waits while a write-back holds WRITING, then sets it. False if the page is not
-    /// resident (nobody else writes it then).
+    /// waits while a write-back holds WRITING (in any state), then sets it. False if the page
+    /// is not resident (nobody else writes it then).
     pub(crate) fn claim_for_checkpoint(&self) -> bool {
         let mut w = self.word.load(Acquire);
         loop {
-            if matches!(state(w), FREE | EVICTED | LOADING) {
+            // A write-back's claim outlives a free: wait for it in every state.
+            if w & WRITING == 0 && matches!(state(w), FREE | EVICTED | LOADING) {
                 return false;
             }
             if w & WRITING != 0 {

@@ -67,7 +67,17 @@ pub(crate) struct PageMap {
 
 /// Writes `map` as checkpoint file `name` in `dir` (through `tmp`, synced, renamed, the
 /// directory synced); returns the bytes written.
+#[cfg(test)]
 pub(crate) fn write(fs: &dyn Fs, dir: &Path, tmp: &str, name: &str, map: &PageMap) -> Result<u64> {
+    let bytes = write_tmp(fs, dir, tmp, map)?;
+    fs.rename(&dir.join(tmp), &dir.join(name)).map_err(io(format!("renaming {tmp} to {name}")))?;
+    fs.sync_dir(dir).map_err(io(format!("syncing directory {}", dir.display())))?;
+    Ok(bytes)
+}
+
+/// Writes `map` to file `tmp` in `dir` and syncs it; returns the bytes written. Renaming it
+/// into place is the caller's (the checkpoint's commit point).
+pub(crate) fn write_tmp(fs: &dyn Fs, dir: &Path, tmp: &str, map: &PageMap) -> Result<u64> {
     let mut out = Vec::with_capacity(BLOCK * 2);
     out.extend_from_slice(&file_header(MAGIC, map.snapshot, map.lsn));
     let mut p = vec![INFO];
@@ -136,9 +146,6 @@ pub(crate) fn write(fs: &dyn Fs, dir: &Path, tmp: &str, name: &str, map: &PageMa
     let mut file = fs.create(&dir.join(tmp)).map_err(io(format!("creating checkpoint {tmp}")))?;
     write_all(&mut *file, &out).map_err(io(format!("writing checkpoint {tmp}")))?;
     file.sync().map_err(io(format!("syncing checkpoint {tmp}")))?;
-    drop(file);
-    fs.rename(&dir.join(tmp), &dir.join(name)).map_err(io(format!("renaming {tmp} to {name}")))?;
-    fs.sync_dir(dir).map_err(io(format!("syncing directory {}", dir.display())))?;
     Ok(out.len() as u64)
 }
 

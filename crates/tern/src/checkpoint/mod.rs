@@ -1,21 +1,27 @@
-//! Checkpoints: the database as of one snapshot, in one file, made current atomically.
+//! Checkpoints: the database as of one snapshot, made current atomically.
 //!
-//! A checkpoint reads every table through a read-only transaction at snapshot `S` (taken while
-//! the log's appends are held off for an instant, see [`crate::wal::Wal::fence`], which also
-//! gives the log position `L`): readers and writers go on meanwhile, and multi-versioning keeps
-//! what `S` sees. It writes `checkpoint-<seq>.tmp`, syncs it, renames it to
-//! `checkpoint-<seq>.ckpt`, syncs the directory, and only then deletes older checkpoints and the
-//! log files wholly before `L`.
+//! A database's checkpoints are **page checkpoints** (`pages.rs`, `map.rs`): the pages changed
+//! since the previous one, written to the page file's spare slots, and a file
+//! `checkpoint-<seq>.ckpt` (magic `TERNCKP2`) naming every page's block. The **logical**
+//! format of this file (magic `TERNCKP1`: every entry of every table, in key order) is what
+//! backups write, and what databases written before page checkpoints hold; opening one loads
+//! it into a new page file, and the next checkpoint is a page checkpoint.
+//!
+//! Both read a snapshot `S` taken while the log's appends are held off for an instant (see
+//! [`crate::wal::Wal::fence`], which also gives the log position `L`): readers and writers go
+//! on meanwhile. The file is written as `checkpoint-<seq>.tmp`, synced, renamed, the directory
+//! synced; only then are older checkpoints and the log files wholly before `L` deleted.
 //!
 //! # Invariants
 //! 1. The newest `.ckpt` file is complete and synced (a crash leaves at most a `.tmp`, which
-//!    recovery deletes). It holds exactly the commits with timestamps `<= S`; the log from `L`
-//!    holds exactly those above `S` (log order is timestamp order), and is durable up to `L`
-//!    before the checkpoint is renamed into place.
+//!    recovery deletes), and so are the page-file blocks it names. It holds exactly the
+//!    commits with timestamps `<= S`; the log from `L` holds exactly those above `S` (log
+//!    order is timestamp order), and is durable up to `L` before the checkpoint is renamed
+//!    into place.
 //! 2. Every block is checksummed; a checkpoint that fails a check is [`Error::Corruption`], never
 //!    skipped: older checkpoints and the log they needed may be gone.
 //!
-//! # Format
+//! # Logical format
 //! A 32-byte header (`TERNCKP1`, `S`, `L`, checksum), then framed blocks as in the log
 //! (`crc32c | len | payload | padding`): `3 | id: u32 | nlen: u32 | name` starts a table,
 //! `4 | n: u32 | (klen: u32 | key | vlen: u32 | value)*` carries its next entries in key order,

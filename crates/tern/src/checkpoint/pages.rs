@@ -10,18 +10,22 @@
 //!    resolved chains are the database at exactly `S`.
 //! 3. Changed pages are taken (copied, or kept where eviction already wrote them since) and
 //!    written, in page order, to the slot the durable checkpoint does not use; then the page
-//!    file is synced, the map written and renamed into place, and only then do the new slots
-//!    become the durable ones. A failure before the rename leaves the previous checkpoint
-//!    current, its blocks untouched.
+//!    file is synced, the map written, synced and renamed into place, and the new slots become
+//!    the durable ones. A failure before the rename leaves the previous checkpoint current,
+//!    its blocks untouched. A failed sync of the page file, or of the directory after the
+//!    rename, stops all writes to the page file (`PageFile::stop`) and the caller stops the
+//!    log: the kernel may have dropped pages, or either checkpoint may be the one a crash
+//!    leaves, so no block either may need is touched again until the database is reopened.
 //!
 //! An epoch guard is held throughout, so a chain id read from an image is not reused before it
 //! is resolved (`txn::chains` invariant 2).
 
+use super::io;
 use super::map::{self, ChainValue, PageMap, Placed, TableRoot};
 use crate::btree::{chains_in, BTree, Resolve};
 use crate::buffer::{Kind, Member, Page, Pool, Taken};
 use crate::fs::Fs;
-use crate::Result;
+use crate::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -129,10 +133,22 @@ pub(crate) fn write(req: &Request<'_>, chains: &mut Chains, at_instant: impl FnO
             })
             .collect(),
     };
-    let name = super::file_name(req.seq);
-    bytes += map::write(req.fs, req.dir, &super::tmp_name(req.seq), &name, &map)?;
+    let (name, tmp) = (super::file_name(req.seq), super::tmp_name(req.seq));
+    bytes += map::write_tmp(req.fs, req.dir, &tmp, &map)?;
+    req.fs.rename(&req.dir.join(&tmp), &req.dir.join(&name)).map_err(io(format!("renaming {tmp} to {name}")))?;
+    // Renamed: a crash may now open this checkpoint, so it is the durable one from here on,
+    // whatever the directory sync says.
     let slots: HashMap<u32, u8> = map.pages.iter().map(|&(pid, _, slot, _)| (pid, slot)).collect();
     capture.commit(&slots);
     *chains = next_chains;
+    if let Err(source) = req.fs.sync_dir(req.dir) {
+        // Which of the two checkpoints a crash leaves is unknown: neither's blocks may be
+        // written any more (the caller stops the log too).
+        req.pool.stop_writes();
+        return Err(Error::Io {
+            what: format!("syncing directory {} after installing {name}", req.dir.display()),
+            source,
+        });
+    }
     Ok(PagesWritten { name, pages: map.pages.len() as u64, written, bytes })
 }

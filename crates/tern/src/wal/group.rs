@@ -78,6 +78,14 @@ impl Group {
     }
 
     /// The error that stopped the log, if any.
+    pub fn stop(&self, cause: String) {
+        let mut state = self.lock();
+        state.failed.get_or_insert(cause);
+        self.stopped.store(true, Release);
+        self.flushed.notify_all();
+    }
+
+    /// The first error that stopped the log, if any.
     pub fn failed(&self) -> Option<String> {
         if !self.stopped.load(Acquire) {
             return None;

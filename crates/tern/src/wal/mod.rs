@@ -293,6 +293,12 @@ impl Wal {
         Ok(wal)
     }
 
+    /// Stops the log: every later commit fails, the database turns read-only (a sync of the
+    /// page file failed; see `checkpoint/pages.rs`).
+    pub(crate) fn stop(&self, cause: String) {
+        self.group.stop(cause);
+    }
+
     /// The error that stopped the log, as [`Error::ReadOnly`], if one did.
     pub fn check_writable(&self) -> Result<()> {
         match self.group.failed() {
