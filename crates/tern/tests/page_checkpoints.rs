@@ -137,8 +137,8 @@ fn checkpoints_beside_writers_and_the_evictor_hold_the_database() {
 #[test]
 fn a_checkpoint_writes_the_pages_that_changed_not_the_database() {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options { cache_bytes: 16 << 20, ..options() };
-    let db = Db::open(dir.path(), options.clone()).unwrap();
+    let big_cache = || Options { cache_bytes: 16 << 20, ..options() };
+    let db = Db::open(dir.path(), big_cache()).unwrap();
     for chunk in 0..20u64 {
         let mut t = db.begin().unwrap();
         for i in chunk * 1000..(chunk + 1) * 1000 {
@@ -159,7 +159,7 @@ fn a_checkpoint_writes_the_pages_that_changed_not_the_database() {
     assert!(second.bytes < first.bytes / 20, "{} bytes vs {}", second.bytes, first.bytes);
     assert_eq!(db.stats().checkpoints.last_bytes, second.bytes);
     db.close().unwrap();
-    let db = Db::open(dir.path(), options).unwrap();
+    let db = Db::open(dir.path(), big_cache()).unwrap();
     let r = db.stats().recovery.unwrap();
     assert_eq!((r.records_replayed, r.checkpoint_pages), (0, second.pages), "{r}");
     assert_eq!(db.stats().buffer.reads, 0, "opening read no page");
