@@ -57,6 +57,10 @@ pub struct OpenArgs {
     /// 16KiB). A checkpoint writes whole pages, so smaller pages write less per update.
     #[arg(long, default_value = "16KiB", value_parser = parse_bytes, value_name = "BYTES")]
     pub page_size: u64,
+    /// The buffer pool's size (`Options::cache_bytes`; default: tern's, the smaller of 1 GiB
+    /// and a quarter of RAM).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache: Option<u64>,
     /// Random updates before the measured checkpoint.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub updates: u64,
@@ -251,9 +255,7 @@ fn one_size(
 /// checkpoints: the reopens must find the same files every round); returns the load's and the
 /// close's seconds.
 fn load(args: &OpenArgs, n: u64, path: &Path) -> Result<(f64, f64), String> {
-    let mut options = nosync_options(true);
-    options.tree.page_size = usize::try_from(args.page_size).unwrap_or(usize::MAX);
-    let db = Db::open(path, options).map_err(|e| format!("--page-size {}: {e}", args.page_size))?;
+    let db = Db::open(path, options(args, true)).map_err(|e| format!("--page-size {}: {e}", args.page_size))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     let start = Instant::now();
     let mut r = 0;
@@ -287,7 +289,7 @@ fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect) -> Result<Vec<Op
             evict(path, "")?;
         }
         let start = Instant::now();
-        let db = Db::open(path, nosync_options(false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+        let db = Db::open(path, options(args, false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
         let secs = start.elapsed().as_secs_f64();
         let r = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
         check_records(&db, args, expect)?;
@@ -361,7 +363,7 @@ fn open_record(
 /// Updates `args.updates` random records (pass 1, one per transaction), then checkpoints;
 /// returns the checkpoint's seconds and bytes written.
 fn update_and_checkpoint(args: &OpenArgs, n: u64, path: &Path, expect: &mut Expect) -> Result<(f64, u64), String> {
-    let db = Db::open(path, nosync_options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, options(args, false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     for i in 0..args.updates {
         let r = mix64(i ^ 0x5eed) % n;
@@ -389,7 +391,9 @@ fn crash(args: &OpenArgs, n: u64, path: &Path) -> Result<(u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program to re-run it: {e}"))?;
     let mut child = Command::new(&exe)
         .args(["bench", "open", "--records", &n.to_string(), "--value-bytes", &args.value_bytes.to_string()])
-        .args(["--log-bytes", &args.log_bytes.to_string(), "--crash-child"])
+        .args(["--log-bytes", &args.log_bytes.to_string()])
+        .args(args.cache.map(|c| format!("--cache={c}")))
+        .arg("--crash-child")
         .arg(path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -417,7 +421,7 @@ fn crash(args: &OpenArgs, n: u64, path: &Path) -> Result<(u64, u64), String> {
 /// `log_bytes`, says `ready <commits> <log bytes>`, and waits for its SIGKILL.
 fn crash_child(args: &OpenArgs, path: &Path) -> Result<(), String> {
     let n = args.records[0];
-    let db = Db::open(path, nosync_options(false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let db = Db::open(path, options(args, false)).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let (mut key, mut value) = ([0u8; KEY_SIZE], vec![0u8; args.value_bytes]);
     let log_bytes = |db: &Db| db.stats().wal.map_or(0, |w| w.bytes);
     let mut commits = 0u64;
@@ -448,6 +452,17 @@ fn check_records(db: &Db, args: &OpenArgs, expect: &Expect) -> Result<(), String
         check_record(&txn, r, expect.pass(r), args.value_bytes)?;
     }
     Ok(())
+}
+
+/// The options of every open: no sync, no automatic checkpoint, `--page-size` (used when the
+/// database is created) and `--cache`.
+fn options(args: &OpenArgs, close_checkpoint: bool) -> tern::Options {
+    let mut options = nosync_options(close_checkpoint);
+    options.tree.page_size = usize::try_from(args.page_size).unwrap_or(usize::MAX);
+    if let Some(cache) = args.cache {
+        options.cache_bytes = cache;
+    }
+    options
 }
 
 /// Bytes the database's files take on disk (allocated blocks: the page file is sparse, each

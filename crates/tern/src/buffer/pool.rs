@@ -155,23 +155,23 @@ impl Pool {
     ) -> Result<Arc<Pool>> {
         let file = PageFile::open(fs, path, config.page_size, read_only)?;
         let pool = Pool::build(config, Some(file));
+        // `pages` is sorted by id (the map's order, checked when it was read): the gaps
+        // between them are the free ids.
         let mut next = 0;
+        let mut free = BTreeSet::new();
         for &(pid, kind, slot, crc) in pages {
-            if pid == NO_PAGE {
-                return Err(Error::InvalidArgument("page id 2^32 - 1 is never used".into()));
+            if pid == NO_PAGE || pid < next {
+                return Err(Error::InvalidArgument(format!("page {pid} is out of order or out of range")));
             }
-            let entry = pool.table.ensure(pid);
-            if state::state(entry.word.load(Relaxed)) != state::FREE {
-                return Err(Error::InvalidArgument(format!("page {pid} is listed twice")));
-            }
-            entry.word.store(state::with(0, EVICTED, 0), Relaxed);
+            free.extend(next..pid);
+            pool.table.ensure(pid).word.store(state::with(0, EVICTED, 0), Relaxed);
             pool.meta.ensure(pid).restore(kind, slot, crc);
-            next = next.max(pid + 1);
+            next = pid + 1;
         }
         {
             let mut ids = pool.ids.lock().unwrap_or_else(|p| p.into_inner());
             ids.next = next;
-            ids.free = (0..next).filter(|&p| pool.table.get(p).is_none_or(|e| e.word.load(Relaxed) == 0)).collect();
+            ids.free = free;
         }
         pool.counters.live.store(pages.len(), Relaxed);
         pool.file_pages.store(next, Relaxed);

@@ -186,6 +186,8 @@ pub(crate) fn parse(name: &str, bytes: &[u8]) -> Result<PageMap> {
                 let parsed = (|| Some((b.u32()?, b.u64()?, b.u32()?, b.u64()?)))();
                 let (page_size, pages, tables, chains) = parsed.ok_or_else(|| bad("malformed description block"))?;
                 map.page_size = page_size;
+                // Room for the map up front (bounded by what the file can hold: 10 bytes each).
+                map.pages.reserve(usize::try_from(pages).unwrap_or(0).min(bytes.len() / 10));
                 expected = Some((pages, tables, chains));
             }
             Some(TABLE) => {

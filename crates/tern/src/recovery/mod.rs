@@ -198,7 +198,10 @@ pub(crate) fn recover(
     }
     stats.checkpoint_millis = loading.elapsed().as_millis() as u64;
     let replaying = Instant::now();
-    let batch = batch_bytes.map_or_else(|| replay::batch_bytes(&pool), |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let batch = match batch_bytes {
+        Some(b) => usize::try_from(b).unwrap_or(usize::MAX),
+        None => replay::batch_bytes(&pool, log_bytes(fs, dir)),
+    };
     let log = replay::replay(&mut tables, snapshot, config, &pool, batch, |r| {
         scan(fs, dir, lsn, repair, |record| r.record(record))
     })?;
@@ -220,6 +223,12 @@ pub(crate) fn recover(
         checkpoint_lsn: lsn,
         stats,
     })
+}
+
+/// The bytes of the log files in `dir` (what a replay reads at most).
+fn log_bytes(fs: &dyn Fs, dir: &Path) -> u64 {
+    let names = fs.list(dir).unwrap_or_default();
+    names.iter().filter(|n| crate::wal::parse_file_name(n).is_some()).filter_map(|n| fs.len(&dir.join(n)).ok()).sum()
 }
 
 /// The chain ids of a page checkpoint's leaf images, resolved to what they stood for: reads a

@@ -42,12 +42,24 @@ pub(crate) const MAX_BATCH_BYTES: usize = 1 << 30;
 /// space), so the page traffic of a replay is about one sweep per batch: batches that grow
 /// with the cache make fewer sweeps, for at most a quarter of the cache in memory besides the
 /// pool (two batches are in flight).
-pub(crate) fn batch_bytes(pool: &Pool) -> usize {
+///
+/// A log of at most half the cache (`log_bytes`, its files' sizes) is gathered into one batch
+/// instead: one sweep of the pool in all. Into a table larger than the cache, each sweep
+/// faults in and writes back most leaves, so this halves the page traffic of the common case
+/// (a crash with up to `WalConfig::checkpoint_bytes` of log) at the price of holding the log's
+/// writes in memory while they apply.
+pub(crate) fn batch_bytes(pool: &Pool, log_bytes: u64) -> usize {
     if !pool.evicts() {
         return BATCH_BYTES;
     }
     let cache = pool.capacity.saturating_mul(pool.page_size());
-    (cache / 8).clamp(BATCH_BYTES, MAX_BATCH_BYTES)
+    let sweep = (cache / 8).clamp(BATCH_BYTES, MAX_BATCH_BYTES);
+    let whole = usize::try_from(log_bytes).unwrap_or(usize::MAX);
+    if whole > sweep && whole <= (cache / 2).min(MAX_BATCH_BYTES) {
+        whole
+    } else {
+        sweep
+    }
 }
 
 /// How many writes ahead of the one applied the bytes of one are prefetched.

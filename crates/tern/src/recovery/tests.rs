@@ -155,19 +155,22 @@ fn a_tree_error_while_applying_is_returned_as_it_is() {
 }
 
 /// Replay batches grow with the cache (one sweep of a table larger than the cache per batch),
-/// within their bounds; a pool that never evicts keeps the smallest.
+/// within their bounds; a log of at most half the cache is one batch; a pool that never evicts
+/// keeps the smallest.
 #[test]
 fn replay_batches_are_an_eighth_of_the_cache_within_bounds() {
     use super::replay::{batch_bytes, BATCH_BYTES, MAX_BATCH_BYTES};
     let dir = tempfile::tempdir().unwrap();
-    let batch = |cache: u64| {
+    let batch = |cache: u64, log: u64| {
         let config = crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(cache), huge_pages: false };
         let pool = Pool::with_file(config, std::sync::Arc::new(crate::fs::StdFs), dir.path().join("pages")).unwrap();
-        batch_bytes(&pool)
+        batch_bytes(&pool, log)
     };
-    assert_eq!(batch(64 << 20), BATCH_BYTES);
+    assert_eq!(batch(64 << 20, 0), BATCH_BYTES);
     // (The pool keeps a few frames of its cache in reserve.)
-    assert!((120 << 20..=128 << 20).contains(&batch(1 << 30)), "{}", batch(1 << 30));
-    assert_eq!(batch(64 << 30), MAX_BATCH_BYTES);
-    assert_eq!(batch_bytes(&Pool::memory(4096, false)), BATCH_BYTES);
+    assert!((120 << 20..=128 << 20).contains(&batch(1 << 30, 1 << 20)), "{}", batch(1 << 30, 1 << 20));
+    assert_eq!(batch(1 << 30, 256 << 20), 256 << 20, "a log of a quarter of the cache is one batch");
+    assert!((120 << 20..=128 << 20).contains(&batch(1 << 30, 1 << 30)), "a log as large as the cache is not");
+    assert_eq!(batch(64 << 30, 0), MAX_BATCH_BYTES);
+    assert_eq!(batch_bytes(&Pool::memory(4096, false), 256 << 20), BATCH_BYTES);
 }

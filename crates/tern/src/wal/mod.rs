@@ -84,7 +84,8 @@ pub struct WalConfig {
     /// Log replay at open sorts and applies the log in batches of this many bytes of keys and
     /// values (two in flight, memory besides the cache). `None`: an eighth of
     /// [`Options::cache_bytes`](crate::Options::cache_bytes), within 32 MiB..=1 GiB (larger
-    /// batches sweep a table larger than the cache fewer times). At least 1 MiB.
+    /// batches sweep a table larger than the cache fewer times), or the whole log if its files
+    /// hold more than that but at most half the cache. At least 1 MiB.
     pub replay_batch_bytes: Option<u64>,
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
