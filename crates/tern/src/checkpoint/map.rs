@@ -35,9 +35,8 @@ const INFO: u8 = 6;
 const TABLE: u8 = 7;
 const MAP: u8 = 8;
 const CHAINS: u8 = 9;
-const END: u8 = 5;
-/// Blocks are cut at about this many bytes.
-const BLOCK: usize = 256 << 10;
+// The end block's tag and the block size are the logical format's (`mod.rs`).
+use super::{BLOCK, END};
 
 /// One table of a page checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
