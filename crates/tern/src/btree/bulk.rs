@@ -47,6 +47,9 @@ impl BTree {
         V: AsRef<[u8]>,
     {
         let tree = BTree::with_pool(config, pool)?;
+        // The whole load is one operation of the pool's write gate (`buffer/gate.rs`): a
+        // checkpoint of the pool waits for it, so `entries` must not wait for a write to the
+        // same pool. Recovery loads before checkpoints run.
         let gate = tree.pool.enter_write();
         let mut level = tree.load_leaves(entries)?;
         let mut height = 0u8;
