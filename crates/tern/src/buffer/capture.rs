@@ -172,7 +172,7 @@ impl Pool {
     pub(crate) fn note_exclusive(&self, pid: u32, page: &Page) {
         let Some(meta) = self.meta.get(pid) else { return };
         let gen = self.capture.gen.load(Acquire);
-        if meta.facts().changed == gen {
+        if meta.changed() == gen {
             return;
         }
         self.note_first_exclusive(pid, page, gen);
@@ -197,23 +197,6 @@ impl Pool {
             }
         }
         meta.set_changed(gen);
-    }
-
-    /// Reads every block of the durable checkpoint and checks it against its recorded checksum
-    /// (`tern check`); returns how many.
-    pub(crate) fn verify_durable(&self) -> Result<u64> {
-        let Some(file) = &self.file else { return Ok(0) };
-        let mut buf = Vec::with_capacity(self.page_size());
-        let mut checked = 0;
-        for pid in 0..self.next_id() {
-            let Some(meta) = self.meta.get(pid) else { continue };
-            let f = meta.facts();
-            if let Some(slot) = f.durable {
-                file.read_block(pid, Some(slot), f.crcs[slot as usize], &mut buf)?;
-                checked += 1;
-            }
-        }
-        Ok(checked)
     }
 
     /// Starts capturing checkpoint generation `G` at an instant when no tree operation is
@@ -321,7 +304,7 @@ impl Capture<'_> {
                         word.unlock_shared();
                         continue;
                     }
-                    let frame = pool.frame_of_entry(entry).expect("a resident page has a frame");
+                    let frame = pool.frame_of(entry).expect("a resident page has a frame");
                     buf.clear();
                     frame.page.read_into(0, pool.page_size(), buf);
                     meta.set_captured(self.gen);

@@ -75,6 +75,13 @@ impl Meta {
         }
     }
 
+    /// The generation of the page's last exclusive latch (one load: the exclusive-latch path
+    /// needs only this).
+    #[inline]
+    pub(crate) fn changed(&self) -> u32 {
+        self.gens.load(Acquire) as u32
+    }
+
     fn update_bits(&self, f: impl Fn(u64) -> u64) {
         let _ = self.bits.fetch_update(AcqRel, Acquire, |b| Some(f(b)));
     }
