@@ -47,6 +47,18 @@ fn value(len: usize, tag: u8) -> Vec<u8> {
     v
 }
 
+/// Whether `got` is `value(len, tag)`, checked in place: building the expected GiB-sized value
+/// again for each comparison cost more time than the engine's work.
+fn is_value(got: Option<Vec<u8>>, len: usize, tag: u8) -> bool {
+    let Some(got) = got else { return false };
+    let fill = tag.wrapping_mul(31).wrapping_add(7);
+    got.len() == len
+        && (len == 0
+            || (got[0] == tag
+                && got[len - 1] == tag ^ 0xFF
+                && got[1..len.saturating_sub(1)].iter().all(|&b| b == fill)))
+}
+
 fn get(db: &Db, key: &[u8]) -> Option<Vec<u8>> {
     db.begin_read().unwrap().get(key).unwrap()
 }
@@ -73,7 +85,10 @@ fn a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen() {
         return;
     }
     const LEN: usize = 400 << 20;
-    for file_bytes in [8u64 << 30, WalConfig::default().file_bytes] {
+    // The default log file size (the record in a log that rotates) gets every step; one file
+    // large enough for everything gets the reopen alone (each step moves GiBs: CI's time).
+    for file_bytes in [WalConfig::default().file_bytes, 8u64 << 30] {
+        let every_step = file_bytes == WalConfig::default().file_bytes;
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("db");
         let options = Options {
@@ -99,11 +114,14 @@ fn a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen() {
             let mut txn = db.begin().unwrap();
             txn.put(b"after", b"1").unwrap();
             txn.commit().unwrap();
-            std::fs::create_dir(&crashed).unwrap();
-            copy_files(&dir, &crashed);
+            if every_step {
+                std::fs::create_dir(&crashed).unwrap();
+                copy_files(&dir, &crashed);
+            }
             db.close().unwrap();
         }
-        for path in [&dir, &crashed] {
+        let paths = if every_step { vec![&dir, &crashed] } else { vec![&dir] };
+        for path in paths {
             let db = Db::open(path, options).unwrap();
             let recovery = db.stats().recovery.unwrap();
             assert_eq!(recovery.torn_tail, None, "file_bytes {file_bytes}: {recovery}");
@@ -111,9 +129,12 @@ fn a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen() {
             assert_eq!(get(&db, b"marker").as_deref(), Some(&b"here"[..]), "file_bytes {file_bytes}");
             assert_eq!(get(&db, b"after").as_deref(), Some(&b"1"[..]));
             for i in 0..3u8 {
-                assert!(get(&db, &[b'v', i]) == Some(value(LEN, i)), "value {i} differs after reopening");
+                assert!(is_value(get(&db, &[b'v', i]), LEN, i), "value {i} differs after reopening");
             }
             db.close().unwrap();
+        }
+        if !every_step {
+            continue;
         }
         // A clean close with the default options checkpoints the values; they load from it.
         Db::open(&dir, Options::default()).unwrap().close().unwrap();
@@ -122,7 +143,7 @@ fn a_transaction_of_more_than_a_gib_survives_close_crash_and_reopen() {
         assert!(recovery.checkpoint.is_some() && recovery.records_replayed == 0, "{recovery}");
         assert_eq!(get(&db, b"marker").as_deref(), Some(&b"here"[..]));
         for i in 0..3u8 {
-            assert!(get(&db, &[b'v', i]) == Some(value(LEN, i)), "value {i} differs after the checkpoint");
+            assert!(is_value(get(&db, &[b'v', i]), LEN, i), "value {i} differs after the checkpoint");
         }
     }
 }
@@ -161,7 +182,7 @@ fn a_value_of_the_largest_accepted_size_survives_checkpoint_and_log() {
         let db = Db::open(dir.path(), options).unwrap();
         let recovery = db.stats().recovery.unwrap();
         assert_eq!(recovery.checkpoint.is_some(), checkpoint_on_close, "{recovery}");
-        assert!(get(&db, b"big") == Some(value(max, 9)), "the largest value differs after reopening");
+        assert!(is_value(get(&db, b"big"), max, 9), "the largest value differs after reopening");
         assert_eq!(get(&db, b"a").as_deref(), Some(&b"before"[..]));
         assert_eq!(get(&db, b"c").as_deref(), Some(&b"after"[..]));
         drop(db);
