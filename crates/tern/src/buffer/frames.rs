@@ -171,6 +171,26 @@ fn map_chunk(len: usize, aligned: bool, huge_pages: bool) -> NonNull<u8> {
     NonNull::new(start).expect("mmap never returns null on success")
 }
 
+/// Advises the 2 MiB-aligned middle of `buf`'s spare capacity for transparent huge pages (a
+/// hint, ignored where the kernel has none or the capacity spans no whole huge page). For
+/// large buffers read at random, such as log replay's batches: one TLB entry per 2 MiB
+/// instead of per 4 KiB. Call it before the capacity is first written.
+pub(crate) fn advise_huge_pages<T>(buf: &mut Vec<T>) {
+    let spare = buf.spare_capacity_mut();
+    let (start, len) = (spare.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(spare));
+    let head = start.align_offset(HUGE_PAGE);
+    let Some(middle) = len.checked_sub(head).map(|rest| rest / HUGE_PAGE * HUGE_PAGE) else { return };
+    #[cfg(target_os = "linux")]
+    if middle > 0 {
+        // SAFETY: `start + head .. start + head + middle` lies inside `buf`'s allocation (its
+        // spare capacity), page-aligned (2 MiB-aligned); the advice changes how the kernel
+        // backs those pages, never their contents (unwritten spare capacity either way).
+        unsafe { libc::madvise(start.add(head).cast(), middle, libc::MADV_HUGEPAGE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = middle;
+}
+
 /// Unmaps a chunk from [`map_chunk`].
 fn unmap_chunk(start: NonNull<u8>, len: usize) {
     // SAFETY: `start..start + len` is a mapping made by `map_chunk` and owned by the arena being

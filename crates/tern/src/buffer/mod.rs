@@ -60,6 +60,7 @@ mod stats;
 mod tests;
 
 pub(crate) use capture::{Member, Taken};
+pub(crate) use frames::advise_huge_pages;
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
 pub(crate) use pool::{Kind, Miss, NO_PAGE};
