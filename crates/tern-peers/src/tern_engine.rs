@@ -165,7 +165,9 @@ impl Session for TernSession<'_> {
     }
 
     fn txn_get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.txn()?.get_into(key, out).map_err(failed)
+        // A locking read (the contract: a write lock where the engine locks): the transaction's
+        // read-modify-writes (TPC-B's balances, YCSB F) wait for a hot row, not fail on it.
+        self.txn()?.get_for_update_into(key, out).map_err(failed)
     }
 
     fn txn_put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {

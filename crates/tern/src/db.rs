@@ -461,6 +461,7 @@ impl Db {
                 read_only: c(Counter::ReadOnlyEnded),
                 aborted: c(Counter::Aborted),
                 conflicts: c(Counter::Conflicts),
+                conflicts_before_wait: c(Counter::ConflictsBeforeWait),
                 deadlocks: c(Counter::Deadlocks),
             },
             gc: GcStats {
@@ -835,6 +836,9 @@ pub struct TxnStats {
     pub read_only: u64,
     /// Writes refused by first-updater-wins.
     pub conflicts: u64,
+    /// Of `conflicts`, those refused before waiting for the key's lock: another transaction
+    /// held it and the key already had a commit after the writer's snapshot.
+    pub conflicts_before_wait: u64,
     /// Writes refused as deadlock victims.
     pub deadlocks: u64,
 }

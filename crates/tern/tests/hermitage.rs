@@ -223,3 +223,109 @@ fn g2_item_write_skew_is_allowed() {
     t2.commit().unwrap();
     assert_eq!(committed(&db), rows_of(&[("1", 11), ("2", 21)]));
 }
+
+fn get_for_update(t: &mut Txn<'_>, id: &str) -> tern::Result<Option<i64>> {
+    Ok(t.get_for_update(id.as_bytes())?.map(|v| String::from_utf8(v).unwrap().parse().unwrap()))
+}
+
+/// P4 with locking reads (`get_for_update`, as `SELECT ... FOR UPDATE`): the second
+/// read-modify-write waits for the first, then reads its result and commits; nothing aborts.
+#[test]
+fn p4_locking_reads_serialize_read_modify_writes() {
+    let db = setup();
+    let (mut t1, mut t2) = (no_wait(&db), no_wait(&db));
+    assert_eq!(get_for_update(&mut t1, "1").unwrap(), Some(10));
+    assert!(matches!(get_for_update(&mut t2, "1"), Err(Error::WouldBlock)), "t2 waits for t1");
+    set(&mut t1, "1", 11).unwrap();
+    t1.commit().unwrap();
+    assert_eq!(get(&t2, "1"), Some(10), "a plain read still reads t2's snapshot");
+    assert_eq!(get_for_update(&mut t2, "1").unwrap(), Some(11), "the locking read reads the newest commit");
+    set(&mut t2, "1", 12).unwrap();
+    assert_eq!(get(&t2, "1"), Some(12), "its own write");
+    t2.commit().unwrap();
+    assert_eq!(committed(&db), rows_of(&[("1", 12), ("2", 20)]));
+    assert_eq!(db.stats().txn.conflicts, 0);
+}
+
+/// The same with the second transaction really blocked in the lock manager: increments from two
+/// threads all land.
+#[test]
+fn p4_locking_reads_blocking() {
+    let db = setup();
+    let mut t1 = db.begin().unwrap();
+    assert_eq!(get_for_update(&mut t1, "1").unwrap(), Some(10));
+    std::thread::scope(|s| {
+        let db2 = db.clone();
+        let t2 = s.spawn(move || {
+            let mut t2 = db2.begin().unwrap();
+            let seen = get_for_update(&mut t2, "1").unwrap().unwrap();
+            set(&mut t2, "1", seen + 1).unwrap();
+            t2.commit().map(|()| seen).map_err(|e| e.to_string())
+        });
+        let start = Instant::now();
+        while db.stats().locks.waits == 0 {
+            assert!(start.elapsed() < Duration::from_secs(20), "t2 never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        set(&mut t1, "1", 11).unwrap();
+        t1.commit().unwrap();
+        assert_eq!(t2.join().unwrap(), Ok(11), "t2 read t1's commit");
+    });
+    assert_eq!(committed(&db), rows_of(&[("1", 12), ("2", 20)]));
+    assert_eq!(db.stats().txn.conflicts, 0);
+}
+
+/// A locking read of a missing key locks it too: nobody else inserts it meanwhile.
+#[test]
+fn a_locking_read_of_a_missing_key_keeps_others_from_inserting_it() {
+    let db = setup();
+    let (mut t1, mut t2) = (no_wait(&db), no_wait(&db));
+    assert_eq!(get_for_update(&mut t1, "3").unwrap(), None);
+    assert!(matches!(set(&mut t2, "3", 30), Err(Error::WouldBlock)));
+    set(&mut t1, "3", 31).unwrap();
+    t1.commit().unwrap();
+    assert!(matches!(set(&mut t2, "3", 30), Err(Error::Conflict)), "t2's snapshot is older than t1's insert");
+    let mut ro = db.begin_read().unwrap();
+    assert!(matches!(ro.get_for_update(b"1"), Err(Error::ReadOnlyTxn)));
+    assert!(matches!(ro.get_for_update(b""), Err(Error::ReadOnlyTxn | Error::KeyEmpty)));
+}
+
+/// A write whose key was committed after its snapshot, and is now locked by a third
+/// transaction, is bound to conflict whatever the holder does: it fails at once instead of
+/// waiting for the holder (here the holder never ends while the writer waits: the same thread
+/// holds it, so a wait would only end at the timeout).
+#[test]
+fn a_write_bound_to_conflict_fails_before_waiting() {
+    let db = setup();
+    let timeout = TxnOptions { lock_wait: Wait::Timeout(Duration::from_secs(60)), ..TxnOptions::default() };
+    let mut t1 = db.begin_with(timeout).unwrap();
+    assert_eq!(get(&t1, "1"), Some(10));
+    let mut t2 = no_wait(&db);
+    set(&mut t2, "1", 11).unwrap();
+    t2.commit().unwrap();
+    let mut t3 = no_wait(&db);
+    set(&mut t3, "1", 12).unwrap();
+    assert!(matches!(set(&mut t1, "1", 13), Err(Error::Conflict)), "not a timeout");
+    let txn = db.stats().txn;
+    assert_eq!((txn.conflicts, txn.conflicts_before_wait), (1, 1));
+    assert!(matches!(t1.commit(), Err(Error::TxnFailed { .. })));
+    t3.abort();
+    // Without a newer commit the same situation waits as before: a holder that ends lets it in.
+    let mut t5 = no_wait(&db);
+    set(&mut t5, "2", 21).unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let mut t4 = db.begin_with(timeout).unwrap();
+            let r = set(&mut t4, "2", 22).map_err(|e| e.to_string());
+            (r, t4.commit().map_err(|e| e.to_string()))
+        });
+        let start = Instant::now();
+        while db.stats().locks.waits == 0 {
+            assert!(start.elapsed() < Duration::from_secs(20), "t4 never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        t5.abort();
+        assert_eq!(waiter.join().unwrap(), (Ok(()), Ok(())));
+    });
+    assert_eq!(committed(&db), rows_of(&[("1", 11), ("2", 22)]));
+}

@@ -1,5 +1,5 @@
 //! Transactions against a model: random interleavings of up to four open transactions (begin,
-//! read, write, delete, scan both ways, commit, abort, collect garbage) on one thread, each step
+//! read, locking read, write, delete, scan both ways, commit, abort, collect garbage) on one thread, each step
 //! checked against a simple model of snapshot isolation with first-updater-wins.
 //!
 //! Writes use `Wait::No`, so a write to a key another open transaction has locked shows as
@@ -15,13 +15,38 @@ const SLOTS: usize = 4;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Begin { slot: usize, read_only: bool },
-    Get { slot: usize, key: u8 },
-    Put { slot: usize, key: u8, value: u8 },
-    Delete { slot: usize, key: u8 },
-    Scan { slot: usize, rev: bool },
-    Commit { slot: usize },
-    Abort { slot: usize },
+    Begin {
+        slot: usize,
+        read_only: bool,
+    },
+    Get {
+        slot: usize,
+        key: u8,
+    },
+    /// A locking read (`get_for_update`).
+    GetForUpdate {
+        slot: usize,
+        key: u8,
+    },
+    Put {
+        slot: usize,
+        key: u8,
+        value: u8,
+    },
+    Delete {
+        slot: usize,
+        key: u8,
+    },
+    Scan {
+        slot: usize,
+        rev: bool,
+    },
+    Commit {
+        slot: usize,
+    },
+    Abort {
+        slot: usize,
+    },
     Gc,
 }
 
@@ -30,6 +55,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (slot.clone(), prop::bool::weighted(0.25)).prop_map(|(slot, read_only)| Op::Begin { slot, read_only }),
         3 => (slot.clone(), 0..KEYS).prop_map(|(slot, key)| Op::Get { slot, key }),
+        2 => (slot.clone(), 0..KEYS).prop_map(|(slot, key)| Op::GetForUpdate { slot, key }),
         4 => (slot.clone(), 0..KEYS, any::<u8>()).prop_map(|(slot, key, value)| Op::Put { slot, key, value }),
         1 => (slot.clone(), 0..KEYS).prop_map(|(slot, key)| Op::Delete { slot, key }),
         1 => (slot.clone(), any::<bool>()).prop_map(|(slot, rev)| Op::Scan { slot, rev }),
@@ -45,6 +71,8 @@ struct ModelTxn {
     read_only: bool,
     writes: BTreeMap<u8, Option<u8>>,
     locked: HashSet<u8>,
+    /// Keys read by `get_for_update`: their writes never conflict.
+    locked_reads: HashSet<u8>,
     failed: bool,
 }
 
@@ -62,6 +90,14 @@ impl Model {
 
     fn newest(&self, key: u8) -> u64 {
         self.history.get(&key).and_then(|h| h.last()).map_or(0, |(ts, _)| *ts)
+    }
+
+    /// What a locking read returns: the transaction's own write, or the newest commit.
+    fn read_latest(&self, t: &ModelTxn, key: u8) -> Option<u8> {
+        match t.writes.get(&key) {
+            Some(v) => *v,
+            None => self.committed_at(key, u64::MAX),
+        }
     }
 
     fn read(&self, t: &ModelTxn, key: u8) -> Option<u8> {
@@ -130,6 +166,7 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
                     read_only,
                     writes: BTreeMap::new(),
                     locked: HashSet::new(),
+                    locked_reads: HashSet::new(),
                     failed: false,
                 });
             }
@@ -141,6 +178,29 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
                     prop_assert!(failed, "{:?}", got);
                 } else {
                     prop_assert_eq!(got.unwrap(), model.read(m, key).map(|v| vec![v]), "get {}", key);
+                }
+            }
+            Op::GetForUpdate { slot, key } => {
+                let (Some(t), Some(_)) = (&mut real[slot], &model_txns[slot]) else { continue };
+                let got = t.get_for_update(&[key]);
+                let locked_by_other = model_txns
+                    .iter()
+                    .enumerate()
+                    .any(|(i, o)| i != slot && o.as_ref().is_some_and(|o| o.locked.contains(&key)));
+                let m = model_txns[slot].as_mut().unwrap();
+                if m.failed {
+                    let failed = matches!(got, Err(Error::TxnFailed { .. }));
+                    prop_assert!(failed, "{:?}", got);
+                } else if m.read_only {
+                    let ok = matches!(got, Err(Error::ReadOnlyTxn));
+                    prop_assert!(ok, "{:?}", got);
+                } else if locked_by_other {
+                    let ok = matches!(got, Err(Error::WouldBlock));
+                    prop_assert!(ok, "{:?}", got);
+                } else {
+                    m.locked.insert(key);
+                    m.locked_reads.insert(key);
+                    prop_assert_eq!(got.unwrap(), model.read_latest(m, key).map(|v| vec![v]), "get_for_update {}", key);
                 }
             }
             Op::Scan { slot, rev } => {
@@ -188,12 +248,14 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
                     prop_assert!(ok, "{:?}", got);
                 } else {
                     m.locked.insert(key);
-                    if !m.writes.contains_key(&key) && model.newest(key) > m.snapshot {
+                    let locked_read = m.locked_reads.contains(&key);
+                    if !m.writes.contains_key(&key) && !locked_read && model.newest(key) > m.snapshot {
                         let ok = matches!(got, Err(Error::Conflict));
                         prop_assert!(ok, "{:?}", got);
                         m.failed = true;
                     } else {
-                        let saw = model.read(m, key).is_some();
+                        // A locked read's write replaces the newest commit, not the snapshot's.
+                        let saw = if locked_read { model.read_latest(m, key) } else { model.read(m, key) }.is_some();
                         match got {
                             Ok(Some(existed)) => prop_assert_eq!(existed, saw, "delete {}", key),
                             Ok(None) => {}
@@ -242,6 +304,7 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
         read_only: true,
         writes: BTreeMap::new(),
         locked: HashSet::new(),
+        locked_reads: HashSet::new(),
         failed: false,
     };
     prop_assert_eq!(end.range(..).unwrap().collect::<Vec<_>>(), model.view(&done));

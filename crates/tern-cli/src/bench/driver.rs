@@ -56,8 +56,8 @@ pub struct DriverArgs {
     /// `--features peers`) [default: tern; compare: every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
-    /// Workloads, comma separated: YCSB a..f (compare also takes tpcb) [default: ycsb: a,b,c,d,e,f;
-    /// compare: c].
+    /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys;
+    /// compare also takes tpcb) [default: ycsb: a,b,c,d,e,f; compare: c].
     #[arg(long, value_delimiter = ',', value_name = "W,...")]
     pub workload: Option<Vec<String>>,
     /// A YCSB workload property file (recordcount, operationcount, *proportion,

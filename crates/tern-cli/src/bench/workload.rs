@@ -1,5 +1,6 @@
 //! YCSB core workloads: the six presets (A–F), standard workload property files, and the
-//! per-thread generators that turn a workload into operations and keys.
+//! per-thread generators that turn a workload into operations and keys. One preset of tern's
+//! own, `write1` (updates only, uniform), measures the one-key write transaction alone.
 //!
 //! A workload is a mix of five operation types (read, update, insert, scan, read-modify-write)
 //! with proportions summing to 1, a request distribution over the records, and record sizes.
@@ -108,7 +109,10 @@ impl Workload {
             "d" => ([0.95, 0.0, 0.05, 0.0, 0.0], RequestDist::Latest),
             "e" => ([0.0, 0.0, 0.05, 0.95, 0.0], RequestDist::Zipfian),
             "f" => ([0.5, 0.0, 0.0, 0.0, 0.5], RequestDist::Zipfian),
-            other => return Err(format!("unknown YCSB workload {other:?} (a, b, c, d, e, f)")),
+            // Not a YCSB preset: one put per transaction at uniformly random keys, the
+            // one-key write path alone (each update is its own transaction on every engine).
+            "write1" => ([0.0, 1.0, 0.0, 0.0, 0.0], RequestDist::Uniform),
+            other => return Err(format!("unknown YCSB workload {other:?} (a, b, c, d, e, f, write1)")),
         };
         Ok(Workload {
             name: name.to_string(),
@@ -362,7 +366,7 @@ mod tests {
     #[test]
     fn every_preset_draws_its_mix() {
         let n = 200_000;
-        for name in ["a", "b", "c", "d", "e", "f"] {
+        for name in ["a", "b", "c", "d", "e", "f", "write1"] {
             let w = Workload::preset(name, 1000, 100).unwrap();
             let counts = draw_ops(&w, n);
             for (i, &p) in w.mix.iter().enumerate() {

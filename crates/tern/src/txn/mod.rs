@@ -88,6 +88,7 @@ pub(crate) enum Counter {
     ReadOnlyEnded,
     Aborted,
     Conflicts,
+    ConflictsBeforeWait,
     Deadlocks,
     VersionsCreated,
     VersionsPruned,
@@ -96,7 +97,7 @@ pub(crate) enum Counter {
     GcPasses,
 }
 
-const COUNTERS: usize = 10;
+const COUNTERS: usize = 11;
 /// Shards written by one thread each (load and store, no read-modify-write); one more for
 /// everyone else.
 const OWN_SHARDS: usize = 64;

@@ -3,9 +3,9 @@
 use super::chains::Chains;
 use super::context::{claim_slot, next_commit_ts, Slot, COMMITTING, IDLE};
 use super::gc::Item;
-use super::version::{retire, Reader, Version, View, ABORTED};
+use super::version::{retire, Reader, Version, View, ABORTED, LATEST, UNCOMMITTED};
 use super::{Counter, TxnOptions};
-use crate::btree::stored::{Change, Current};
+use crate::btree::stored::{Change, Current, Resolve};
 use crate::btree::{Range, MAX_VALUE};
 use crate::db::{DbInner, Table, TableInner};
 use crate::lock::{key_id, LockMode, LockObject, Locker, Wait};
@@ -23,13 +23,15 @@ use std::sync::Arc;
 pub(crate) struct Writer {
     pub locker: Locker,
     writes: Vec<Write>,
+    /// Keys read by [`Txn::get_for_update`] (table id, key): their writes check no conflict.
+    locked_reads: Vec<(u32, Box<[u8]>)>,
     /// The commit's log record, built before the log's latch is taken.
     payload: Payload,
 }
 
 impl Writer {
     pub fn new(locker: Locker) -> Writer {
-        Writer { locker, writes: Vec::new(), payload: Payload::default() }
+        Writer { locker, writes: Vec::new(), locked_reads: Vec::new(), payload: Payload::default() }
     }
 }
 
@@ -244,6 +246,59 @@ impl<'db> Txn<'db> {
 
     // ---- writes ----
 
+    /// A locking read (as SQL's `SELECT ... FOR UPDATE`): locks `key` of the default table
+    /// exclusively, as a write does (waiting as [`TxnOptions::lock_wait`] says), then returns
+    /// its **newest committed value**, or this transaction's own write, rather than the
+    /// snapshot's.
+    ///
+    /// What it guarantees: until this transaction ends nobody else writes the key, and a later
+    /// [`put`](Txn::put) or [`delete`](Txn::delete) of it by this transaction never fails with
+    /// [`Error::Conflict`], even if the key was committed after the snapshot: the write
+    /// replaces the value this read returned. A read-modify-write of a hot row (TPC-B's branch
+    /// balance, a counter) then waits for the row instead of failing after the wait and
+    /// retrying. What it does not change: [`get`](Txn::get) and scans still read the snapshot
+    /// (a plain read of the same key may return an older value, as InnoDB's consistent reads
+    /// do beside its locking reads), and keys read without a lock keep first-updater-wins.
+    ///
+    /// Errors: as a write's lock ([`Error::WouldBlock`], [`Error::LockTimeout`],
+    /// [`Error::Deadlock`], which fails the transaction), [`Error::ReadOnlyTxn`], and the
+    /// key checks of [`put`](Txn::put).
+    pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (db, mut out) = (self.db, Vec::new());
+        Ok(self.read_for_update(&db.default_table, key, &mut out)?.then_some(out))
+    }
+
+    /// [`Txn::get_for_update`] in `table`.
+    pub fn get_for_update_in(&mut self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_table(table)?;
+        let mut out = Vec::new();
+        Ok(self.read_for_update(&table.inner, key, &mut out)?.then_some(out))
+    }
+
+    /// [`Txn::get_for_update`] into `out` (cleared first, its capacity reused, as
+    /// [`Txn::get_into`]); false if there is no value.
+    pub fn get_for_update_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let db = self.db;
+        self.read_for_update(&db.default_table, key, out)
+    }
+
+    fn read_for_update(&mut self, table: &TableInner, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.check_usable()?;
+        if self.read_only {
+            return Err(Error::ReadOnlyTxn);
+        }
+        table.tree.check_key(key)?;
+        self.lock_key(table, key, None)?;
+        let writer = self.writer.as_mut().expect("locked the key: the writer exists");
+        if !writer.locked_reads.iter().any(|(t, k)| *t == table.id && **k == *key) {
+            writer.locked_reads.push((table.id, key.into()));
+        }
+        // Locked: every other writer of the key has committed (stamped) or gone, so the
+        // newest committed version is final until we end.
+        let reader = Reader { snapshot: LATEST, me: Some((self.slot, self.seq)) };
+        table.tree.get_resolved(key, &View { reader, chains: &self.db.chains }, out)
+    }
+
     /// Sets `key` to `value` in the default table.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let db = self.db;
@@ -286,8 +341,14 @@ impl<'db> Txn<'db> {
         if let Some(v) = value.filter(|v| v.len() > MAX_VALUE) {
             return Err(Error::ValueTooLarge { len: v.len(), max: MAX_VALUE });
         }
-        self.lock_key(table.id, key)?;
-        let (me, snapshot) = ((self.slot, self.seq), self.snapshot);
+        self.lock_key(table, key, Some(self.snapshot))?;
+        let writer = self.writer.as_ref().expect("locked the key: the writer exists");
+        let locked_read =
+            !writer.locked_reads.is_empty() && writer.locked_reads.iter().any(|(t, k)| *t == table.id && **k == *key);
+        // A key read by `get_for_update` was locked before its newest commit was read: no
+        // commit since can conflict, and the write replaces what that read returned.
+        let snapshot = if locked_read { LATEST } else { self.snapshot };
+        let me = (self.slot, self.seq);
         let reserve = value.map_or(0, <[u8]>::len);
         let chains = &self.db.chains;
         let (_, outcome) =
@@ -309,11 +370,35 @@ impl<'db> Txn<'db> {
         }
     }
 
-    /// Locks `key` of table `table` exclusively until the transaction ends.
-    fn lock_key(&mut self, table: u32, key: &[u8]) -> Result<()> {
+    /// Locks `key` of `table` exclusively until the transaction ends.
+    ///
+    /// With `conflict_after = Some(snapshot)` (a write), a key held by another transaction is
+    /// first checked: if its newest commit is after `snapshot`, the write would conflict
+    /// whatever the holder does, so it fails now ([`Error::Conflict`]) instead of after the
+    /// wait. (The check costs a probe of the lock without waiting, counted as `would_block`
+    /// in the lock statistics, and a read of the key; an uncontended lock costs neither.)
+    fn lock_key(&mut self, table: &TableInner, key: &[u8], conflict_after: Option<u64>) -> Result<()> {
         let (db, shard, wait) = (self.db, self.shard as usize, self.lock_wait());
         let writer = self.writer.get_or_insert_with(|| db.take_writer(shard));
-        match db.locks.lock(&writer.locker, LockObject::Id(key_id(table, key)), LockMode::X, wait) {
+        let object = LockObject::Id(key_id(table.id, key));
+        let probe = match (wait, conflict_after) {
+            (Wait::No, _) | (_, None) => wait,
+            _ => Wait::No,
+        };
+        let mut locked = db.locks.lock(&writer.locker, object, LockMode::X, probe);
+        if let (Err(Error::WouldBlock), Some(snapshot)) = (&locked, conflict_after) {
+            if !matches!(wait, Wait::No) {
+                if newest_commit(table, key, &db.chains)? > snapshot {
+                    self.failed = CONFLICTED;
+                    self.count(Counter::Conflicts, 1);
+                    self.count(Counter::ConflictsBeforeWait, 1);
+                    return Err(Error::Conflict);
+                }
+                let writer = self.writer.as_ref().expect("taken above");
+                locked = db.locks.lock(&writer.locker, object, LockMode::X, wait);
+            }
+        }
+        match locked {
             Err(Error::Deadlock) => {
                 self.failed = DEADLOCKED;
                 self.count(Counter::Deadlocks, 1);
@@ -482,7 +567,8 @@ impl<'db> Txn<'db> {
     /// Leaves the slot and releases the locks.
     fn end(&mut self) {
         self.end_light();
-        if let Some(writer) = self.writer.take() {
+        if let Some(mut writer) = self.writer.take() {
+            writer.locked_reads.clear();
             self.db.return_writer(self.shard as usize, writer);
         }
     }
@@ -585,6 +671,41 @@ fn write_version(
             chains.set_head(id, version);
             (Change::Keep, Outcome::Pushed { version, created: 1, existed })
         }
+    }
+}
+
+/// The commit timestamp of the newest committed version of `key` in `table` (`BASE` for a
+/// plain value or none), read without its lock: a version being stamped right now may be
+/// missed (the caller then waits and checks again under the lock), never a settled one.
+fn newest_commit(table: &TableInner, key: &[u8], chains: &Chains) -> Result<u64> {
+    let newest = NewestCommit { chains, ts: std::cell::Cell::new(0) };
+    table.tree.get_resolved(key, &newest, &mut Vec::new())?;
+    Ok(newest.ts.get())
+}
+
+/// A resolver that records the newest committed timestamp of the chain it is handed.
+struct NewestCommit<'c> {
+    chains: &'c Chains,
+    ts: std::cell::Cell<u64>,
+}
+
+impl Resolve for NewestCommit<'_> {
+    fn resolve(&self, chain: u64, _out: &mut Vec<u8>) -> bool {
+        let _guard = crossbeam_epoch::pin();
+        let mut at: *const Version = self.chains.head(chain);
+        while !at.is_null() {
+            // SAFETY: the tree validated the chain id under its pin and ours keeps every
+            // version reachable from it allocated (retired versions are freed by the epoch).
+            let v = unsafe { &*at };
+            match v.ts.load(Acquire) {
+                ts if ts < UNCOMMITTED => {
+                    self.ts.set(ts);
+                    return false;
+                }
+                _ => at = v.next.load(Acquire),
+            }
+        }
+        false
     }
 }
 

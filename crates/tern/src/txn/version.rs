@@ -36,6 +36,8 @@ pub(crate) const BASE: u64 = 0;
 pub(crate) const UNCOMMITTED: u64 = u64::MAX - 1;
 /// Timestamp of a version whose writer aborted.
 pub(crate) const ABORTED: u64 = u64::MAX;
+/// A snapshot that sees every committed version: the newest one decides (locking reads).
+pub(crate) const LATEST: u64 = UNCOMMITTED - 1;
 
 /// One version of one key.
 pub(crate) struct Version {
