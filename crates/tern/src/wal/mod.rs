@@ -352,6 +352,8 @@ impl Wal {
             std::mem::swap(&mut tail.buf, &mut io.spare);
             (tail.end, std::mem::take(&mut tail.records))
         };
+        // Waiters up to `end` that want it written sleep until this flush ends (`group.rs`).
+        self.group.flushing(end, false);
         if !io.spare.is_empty() {
             let name = file_name(io.seq);
             write_all(&mut *io.file, &io.spare).map_err(io_err(format!("writing log file {name}")))?;
@@ -366,6 +368,7 @@ impl Wal {
         let full = io.file_bytes >= self.config.file_bytes;
         let durable = self.group.durable();
         if (sync_to > durable || full) && durable < end {
+            self.group.flushing(end, true);
             io.file.sync().map_err(io_err(format!("syncing log file {}", file_name(io.seq))))?;
             self.counters.syncs.fetch_add(1, Relaxed);
             self.group.set_durable(end);
