@@ -162,7 +162,7 @@ const READ_FIELDS: [&str; 2] = ["read_bytes_per_op", "reads_per_op"];
 #[test]
 fn compare_gives_every_engine_the_cache_asked_for_and_reports_it() {
     let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c", "--threads", "1", "--json"];
-    args.extend(["--cache", "24MiB"]);
+    args.extend(["--cache", "24MiB", "--durability", "none"]);
     args.extend(SMALL);
     let (ok, stdout, stderr) = tern(&args);
     assert!(ok, "{stderr}");

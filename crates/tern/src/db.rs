@@ -148,6 +148,9 @@ pub(crate) struct DbInner {
     pub options: Options,
     path: Option<PathBuf>,
     catalog: RwLatch<Catalog>,
+    /// Held while a table is created or loaded: table ids are taken in order, and a loaded
+    /// table is the last of the catalog until it is published.
+    creating: StdMutex<()>,
     /// The default table (id 0), reached without the catalog.
     pub default_table: Arc<TableInner>,
     pub locks: LockManager,
@@ -181,6 +184,20 @@ pub(crate) struct Durable {
 }
 
 static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A table name a new table may take: 1 to [`MAX_TABLE_NAME`] bytes.
+fn check_table_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument("table names must not be empty (\"\" is the default table)".into()));
+    }
+    if name.len() > MAX_TABLE_NAME {
+        return Err(Error::InvalidArgument(format!(
+            "a table name of {} bytes is longer than the maximum of {MAX_TABLE_NAME}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
 
 /// The buffer pool of a temporary database: `cache_bytes` of frames over a page file in the
 /// system's temporary directory, unlinked as soon as it is open (the space goes back when the
@@ -314,6 +331,7 @@ impl Db {
                 options,
                 path,
                 catalog: RwLatch::with_class(catalog, LatchClass::register("db.catalog")?),
+                creating: StdMutex::new(()),
                 default_table,
                 locks: LockManager::new(options.locks)?,
                 writers: (0..WRITER_SHARDS)
@@ -398,15 +416,8 @@ impl Db {
     /// Creates table `name` ([`Error::TableExists`] if taken). Names are any UTF-8 of 1 to
     /// [`MAX_TABLE_NAME`] bytes (`""` is the default table's).
     pub fn create_table(&self, name: &str) -> Result<Table> {
-        if name.is_empty() {
-            return Err(Error::InvalidArgument("table names must not be empty (\"\" is the default table)".into()));
-        }
-        if name.len() > MAX_TABLE_NAME {
-            return Err(Error::InvalidArgument(format!(
-                "a table name of {} bytes is longer than the maximum of {MAX_TABLE_NAME}",
-                name.len()
-            )));
-        }
+        check_table_name(name)?;
+        let _creating = self.inner.creating.lock().unwrap_or_else(|p| p.into_inner());
         let mut catalog = self.inner.catalog.write();
         if catalog.by_name.contains_key(name) {
             return Err(Error::TableExists { name: name.into() });
@@ -427,6 +438,63 @@ impl Db {
         Ok(Table { inner: table })
     }
 
+    /// Creates table `name` holding `entries`, given in strictly increasing key order: the
+    /// bulk load for sorted input. The tree is built bottom up (leaves filled to 90%, no
+    /// splits, no versions) and made durable by a checkpoint instead of the log (nothing of it
+    /// is logged), so it costs about one write of the data.
+    ///
+    /// Atomic: the table appears, with every entry, when this returns; a crash before that
+    /// leaves no trace of it (a crash after the checkpoint and before the return leaves it
+    /// whole). Like [`Db::create_table`], tables are not versioned: a transaction begun earlier
+    /// that asks for the table afterwards sees all its entries.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for keys out of order or repeated (nothing is
+    /// created), [`Error::TableExists`], the key and value errors of [`Txn::put`], and the
+    /// checkpoint's I/O errors (the table is then not created). Other table creations wait for
+    /// the load. `entries` must not write to this database: a checkpoint that starts meanwhile
+    /// waits for the load, and a write waits for that checkpoint. Pages of a load that fails
+    /// half-way are reclaimed when the database is next opened.
+    pub fn load_table<K, V>(&self, name: &str, entries: impl IntoIterator<Item = (K, V)>) -> Result<Table>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        check_table_name(name)?;
+        let inner = &*self.inner;
+        let _creating = inner.creating.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.catalog.read().by_name.contains_key(name) {
+            return Err(Error::TableExists { name: name.into() });
+        }
+        if let Some(d) = &inner.durable {
+            d.wal.check_writable()?;
+        }
+        let tree = BTree::bulk_load_in(inner.options.tree, inner.pool.clone(), entries)?;
+        let table = {
+            // In the catalog (checkpoints take it) but not by name (nobody can use it, so no
+            // logged write names its id before a checkpoint holds the table).
+            let mut catalog = inner.catalog.write();
+            let id = u32::try_from(catalog.by_id.len())
+                .map_err(|_| Error::InvalidArgument("too many tables (at most 2^32)".into()))?;
+            let table = Arc::new(TableInner { db: inner.id, id, name: name.into(), tree });
+            catalog.by_id.push(table.clone());
+            table
+        };
+        if inner.durable.is_some() {
+            if let Err(e) = inner.checkpoint_with(true) {
+                // Not created: ours is the catalog's last table (creations wait for us).
+                let popped = inner.catalog.write().by_id.pop();
+                debug_assert!(popped.as_ref().is_some_and(|t| Arc::ptr_eq(t, &table)));
+                drop(popped);
+                if let Ok(t) = Arc::try_unwrap(table) {
+                    t.tree.free_all();
+                }
+                return Err(e);
+            }
+        }
+        inner.catalog.write().by_name.insert(name.into(), table.clone());
+        Ok(Table { inner: table })
+    }
+
     /// Table `name` ([`Error::NoSuchTable`] if there is none; `""` is the default table).
     pub fn table(&self, name: &str) -> Result<Table> {
         self.inner.table(name)
@@ -434,7 +502,9 @@ impl Db {
 
     /// Every table's name, the default table (`""`) first.
     pub fn table_names(&self) -> Vec<String> {
-        self.inner.catalog.read().by_id.iter().map(|t| t.name.clone()).collect()
+        let catalog = self.inner.catalog.read();
+        // A table being loaded is in `by_id` before it has a name to be found by.
+        catalog.by_id.iter().filter(|t| catalog.by_name.contains_key(&t.name)).map(|t| t.name.clone()).collect()
     }
 
     /// Runs a garbage-collection pass over every queued key now (passes also run on their own as
@@ -609,8 +679,14 @@ impl DbInner {
     }
 
     fn checkpoint(&self) -> Result<Option<CheckpointInfo>> {
+        self.checkpoint_with(false)
+    }
+
+    /// A checkpoint; with `force`, also when nothing was logged since the last one (a loaded
+    /// table is not logged).
+    fn checkpoint_with(&self, force: bool) -> Result<Option<CheckpointInfo>> {
         let Some(d) = &self.durable else { return Ok(None) };
-        let result = self.write_checkpoint(d);
+        let result = self.write_checkpoint(d, force);
         let mut stats = d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner());
         match &result {
             Ok(Some(info)) => {
@@ -636,12 +712,12 @@ impl DbInner {
         result
     }
 
-    fn write_checkpoint(&self, d: &Durable) -> Result<Option<CheckpointInfo>> {
+    fn write_checkpoint(&self, d: &Durable, force: bool) -> Result<Option<CheckpointInfo>> {
         let started = Instant::now();
         let mut newest = d.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
         let result = (|| {
             d.wal.check_writable()?;
-            if newest.is_some() && d.wal.end() == d.wal.checkpoint_lsn() {
+            if !force && newest.is_some() && d.wal.end() == d.wal.checkpoint_lsn() {
                 return Ok(None);
             }
             let read = TxnOptions { read_only: true, ..TxnOptions::default() };

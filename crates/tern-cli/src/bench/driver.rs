@@ -106,17 +106,18 @@ pub struct DriverArgs {
     /// Write a throughput chart (per engine, against threads) to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Durability of every commit, on every engine: none (tern in memory, no engine flushes:
-    /// the results before tern had a log), sync (flushed before the commit returns), nosync
-    /// (written to the OS, not flushed), periodic (flushed every --periodic-ms). Each engine's
-    /// configuration line names its settings.
-    #[arg(long, value_enum, default_value = "none", value_name = "LEVEL")]
+    /// Durability of every commit, on every engine: nosync (the default: every engine writes
+    /// its commits to the OS, none flushes), sync (flushed before the commit returns),
+    /// periodic (flushed every --periodic-ms), none (tern in memory with no log, WiredTiger and
+    /// RocksDB without theirs, data on tmpfs: the results before tern had a log, not like for
+    /// like). Each engine's configuration line names its settings.
+    #[arg(long, value_enum, default_value = "nosync", value_name = "LEVEL")]
     pub durability: DurabilityArg,
     /// Flush interval of --durability periodic, in milliseconds [default: 10].
     #[arg(long, value_name = "MS")]
     pub periodic_ms: Option<u64>,
     /// Directory the engines' data directories are created in (each removed afterwards)
-    /// [default: --durability none: /dev/shm (tmpfs); otherwise the system's temporary
+    /// [default: --durability none: /dev/shm (tmpfs); otherwise (nosync, the default, included) the system's temporary
     /// directory, which must be on the disk to be measured].
     #[arg(long, value_name = "PATH")]
     pub dir: Option<PathBuf>,

@@ -10,6 +10,7 @@ pub mod counters;
 pub mod dist;
 pub mod driver;
 pub mod harness;
+pub mod ingest;
 pub mod latch;
 pub mod lock;
 pub mod open;
@@ -108,6 +109,7 @@ pub enum Which {
     Compare(compare::CompareArgs),
     Recovery(recovery::RecoveryArgs),
     Open(open::OpenArgs),
+    Ingest(ingest::IngestArgs),
     /// One engine for a parent `tern bench` run with --memory-limit, over stdin and stdout.
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -132,6 +134,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         Some(Which::Compare(args)) => compare::run(&args),
         Some(Which::Recovery(args)) => recovery::run(&args),
         Some(Which::Open(args)) => open::run(&args),
+        Some(Which::Ingest(args)) => ingest::run(&args),
         Some(Which::Worker(_)) => unreachable!("handled above"),
         None => default_suite(cmd.json, cmd.duration, cmd.rounds),
     }?;

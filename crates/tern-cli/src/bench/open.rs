@@ -467,7 +467,7 @@ fn options(args: &OpenArgs, close_checkpoint: bool) -> tern::Options {
 
 /// Bytes the database's files take on disk (allocated blocks: the page file is sparse, each
 /// page's second slot taking space only once written).
-fn dir_bytes(path: &Path) -> Result<u64, String> {
+pub(super) fn dir_bytes(path: &Path) -> Result<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let entries = std::fs::read_dir(path).map_err(|e| format!("listing {}: {e}", path.display()))?;
     let mut total = 0;

@@ -25,8 +25,8 @@ Berkeley DB and RocksDB, side by side. Per --scale unit: 1 branch, 10 tellers, 1
 balance and appends a history row, in one write transaction; conflicts and deadlocks are retried
 with the same inputs and counted (`retries`). After the run, every engine's balances are checked
 against the history. Engines run interleaved, once per round; medians are reported with each
-engine's ratio to tern. Every engine commits at the same --durability (default none: no engine
-flushes commits to stable storage; see `tern bench ycsb --help`).";
+engine's ratio to tern. Every engine commits at the same --durability (default nosync: every engine
+writes its commits to the OS, none flushes them; see `tern bench ycsb --help`).";
 
 /// Options of `tern bench tpcb`.
 #[derive(clap::Args, Clone, Debug)]

@@ -28,11 +28,13 @@ order given on the same data. Every point (workload, thread count) runs each eng
 round, interleaved; medians are reported, with each engine's ratio to tern. Each operation is
 one transaction. --workload-file reads a YCSB property file instead.
 
-Every engine commits at the same --durability: none (the default: tern in memory, no engine
-flushes, data on tmpfs), sync (each commit flushed to stable storage before it returns),
-nosync (written to the OS, not flushed) or periodic (flushed every --periodic-ms). At a durable
-level the data directories are made under --dir (default: the system's temporary directory) and
-the report adds commits per second and, for tern, the log's syncs and group commit sizes.";
+Every engine commits at the same --durability: nosync (the default: each commit written to the
+OS, not flushed), sync (each commit flushed to stable storage before it returns), periodic
+(flushed every --periodic-ms) or none (tern in memory with no log, WiredTiger and RocksDB
+without theirs, data on tmpfs: not like for like, kept for the results before tern had a log).
+Except at none the data directories are made under --dir (default: the system's temporary
+directory) and the report adds commits per second and, for tern, the log's syncs and group
+commit sizes.";
 
 /// Options of `tern bench ycsb`.
 #[derive(clap::Args, Clone, Debug)]

@@ -1,0 +1,148 @@
+//! `Db::load_table`: a table created from sorted input, whole or not at all, durable by a
+//! checkpoint instead of the log.
+
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tern::{Db, Error, Options, WalConfig};
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(i: u64) -> Vec<u8> {
+    let mut v = vec![(i % 251) as u8; 100];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v
+}
+
+fn entries(n: u64) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> {
+    (0..n).map(|i| (key(i), value(i)))
+}
+
+/// No checkpoint on its own: only `load_table` (and close) write one.
+fn options() -> Options {
+    Options {
+        cache_bytes: 64 << 20,
+        wal: WalConfig { checkpoint_bytes: u64::MAX, checkpoint_on_close: false, ..WalConfig::default() },
+        ..Options::default()
+    }
+}
+
+fn contents(db: &Db, table: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let t = db.begin_read().unwrap();
+    let table = t.table(table).unwrap();
+    let all = t.range_in(&table, ..).unwrap().collect();
+    all
+}
+
+/// Copies a database's files, not its lock: what a crash at this instant leaves.
+fn crash_copy(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in std::fs::read_dir(from).unwrap() {
+        let f = f.unwrap();
+        if f.file_name() != "LOCK" {
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_loaded_table_holds_its_entries_and_takes_writes() {
+    let db = Db::open_temporary(Options::default()).unwrap();
+    let table = db.load_table("t", entries(50_000)).unwrap();
+    assert_eq!(db.table_names(), vec!["".to_string(), "t".to_string()]);
+    assert_eq!(contents(&db, "t"), entries(50_000).collect::<Vec<_>>());
+    let mut t = db.begin().unwrap();
+    t.put_in(&table, &key(7), b"new").unwrap();
+    t.put_in(&table, b"zzz", b"after the end").unwrap();
+    assert!(t.delete_in(&table, &key(8)).unwrap());
+    t.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.get_in(&table, &key(7)).unwrap().as_deref(), Some(&b"new"[..]));
+    assert_eq!(r.get_in(&table, &key(8)).unwrap(), None);
+    assert_eq!(r.get_in(&table, &key(9)).unwrap(), Some(value(9)));
+    assert_eq!(r.range_in(&table, ..).unwrap().count(), 50_000);
+    drop(r);
+    // An empty load is an empty table.
+    db.load_table("empty", std::iter::empty::<(Vec<u8>, Vec<u8>)>()).unwrap();
+    assert!(contents(&db, "empty").is_empty());
+}
+
+#[test]
+fn bad_input_creates_nothing() {
+    let db = Db::open_temporary(Options::default()).unwrap();
+    let unsorted = vec![(key(2), value(2)), (key(1), value(1))];
+    assert!(matches!(db.load_table("t", unsorted), Err(Error::InvalidArgument(_))));
+    let repeated = vec![(key(1), value(1)), (key(1), value(2))];
+    assert!(matches!(db.load_table("t", repeated), Err(Error::InvalidArgument(_))));
+    let empty_key = vec![(Vec::new(), value(1))];
+    assert!(matches!(db.load_table("t", empty_key), Err(Error::KeyEmpty)));
+    assert!(matches!(db.load_table("", entries(3)), Err(Error::InvalidArgument(_))));
+    assert_eq!(db.table_names(), vec!["".to_string()], "no table from a failed load");
+    assert!(matches!(db.table("t"), Err(Error::NoSuchTable { .. })));
+    // The name is still free, by either way of creating a table.
+    db.load_table("t", entries(10)).unwrap();
+    assert!(matches!(db.load_table("t", entries(10)), Err(Error::TableExists { .. })));
+    assert!(matches!(db.create_table("t"), Err(Error::TableExists { .. })));
+    db.create_table("u").unwrap();
+    assert_eq!(db.table_names(), vec!["".to_string(), "t".to_string(), "u".to_string()]);
+}
+
+#[test]
+fn a_loaded_table_is_durable_when_the_call_returns_without_the_log() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, crashed) = (root.path().join("db"), root.path().join("crashed"));
+    {
+        let db = Db::open(&dir, options()).unwrap();
+        let mut t = db.begin().unwrap();
+        t.put(b"before", b"1").unwrap();
+        t.commit().unwrap();
+        // Nothing logged after this checkpoint: the load's own must run anyway.
+        db.checkpoint().unwrap().unwrap();
+        let wal_before = db.stats().wal.unwrap().records;
+        let table = db.load_table("loaded", entries(200_000)).unwrap();
+        assert_eq!(db.stats().wal.unwrap().records, wal_before, "the entries are not logged");
+        // A write to the loaded table after it: in the log, replayed on top of the checkpoint.
+        let mut t = db.begin().unwrap();
+        t.put_in(&table, &key(3), b"updated").unwrap();
+        t.commit().unwrap();
+        db.create_table("later").unwrap();
+        crash_copy(&dir, &crashed);
+        db.close().unwrap();
+    }
+    for path in [&crashed, &dir] {
+        let db = Db::open(path, options()).unwrap();
+        let mut want: Vec<_> = entries(200_000).collect();
+        want[3].1 = b"updated".to_vec();
+        assert_eq!(contents(&db, "loaded"), want, "{}", path.display());
+        assert_eq!(db.table_names(), vec!["", "loaded", "later"]);
+        assert_eq!(db.begin_read().unwrap().get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+        drop(db);
+        tern::recovery::check(path).unwrap();
+    }
+}
+
+#[test]
+fn a_load_whose_checkpoint_fails_leaves_no_table_now_or_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let fs = tern::fs::FaultFs::new();
+        let db = Db::open_with_fs(dir.path(), options(), Arc::new(fs.clone())).unwrap();
+        db.create_table("first").unwrap();
+        fs.faults.fail_page_writes.store(true, Relaxed);
+        let err = db.load_table("loaded", entries(100_000)).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+        fs.faults.fail_page_writes.store(false, Relaxed);
+        assert!(matches!(db.table("loaded"), Err(Error::NoSuchTable { .. })));
+        assert_eq!(db.table_names(), vec!["", "first"]);
+        // The id and the name are free again; the next checkpoint does not carry the failed table.
+        db.create_table("second").unwrap();
+        db.checkpoint().unwrap().unwrap();
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_eq!(db.table_names(), vec!["", "first", "second"]);
+    drop(db);
+    tern::recovery::check(dir.path()).unwrap();
+}
