@@ -112,6 +112,27 @@ impl Model {
     }
 }
 
+/// Whether another open transaction holds `key`'s lock.
+fn locked_by_other(txns: &[Option<ModelTxn>], slot: usize, key: u8) -> bool {
+    txns.iter().enumerate().any(|(i, o)| i != slot && o.as_ref().is_some_and(|o| o.locked.contains(&key)))
+}
+
+/// Checks the refusals a write or locking read of transaction `m` must meet first (failed,
+/// read-only, the key locked by another); returns whether it was refused.
+fn refused(m: &ModelTxn, locked_by_other: bool, err: Option<&Error>) -> Result<bool, TestCaseError> {
+    let expected = if m.failed {
+        matches!(err, Some(Error::TxnFailed { .. }))
+    } else if m.read_only {
+        matches!(err, Some(Error::ReadOnlyTxn))
+    } else if locked_by_other {
+        matches!(err, Some(Error::WouldBlock))
+    } else {
+        return Ok(false);
+    };
+    prop_assert!(expected, "{:?}", err);
+    Ok(true)
+}
+
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     run_on(&Db::open_temporary(Options::default()).unwrap(), ops, &|_| ())
 }
@@ -183,21 +204,9 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
             Op::GetForUpdate { slot, key } => {
                 let (Some(t), Some(_)) = (&mut real[slot], &model_txns[slot]) else { continue };
                 let got = t.get_for_update(&[key]);
-                let locked_by_other = model_txns
-                    .iter()
-                    .enumerate()
-                    .any(|(i, o)| i != slot && o.as_ref().is_some_and(|o| o.locked.contains(&key)));
+                let locked_by_other = locked_by_other(&model_txns, slot, key);
                 let m = model_txns[slot].as_mut().unwrap();
-                if m.failed {
-                    let failed = matches!(got, Err(Error::TxnFailed { .. }));
-                    prop_assert!(failed, "{:?}", got);
-                } else if m.read_only {
-                    let ok = matches!(got, Err(Error::ReadOnlyTxn));
-                    prop_assert!(ok, "{:?}", got);
-                } else if locked_by_other {
-                    let ok = matches!(got, Err(Error::WouldBlock));
-                    prop_assert!(ok, "{:?}", got);
-                } else {
+                if !refused(m, locked_by_other, got.as_ref().err())? {
                     m.locked.insert(key);
                     m.locked_reads.insert(key);
                     prop_assert_eq!(got.unwrap(), model.read_latest(m, key).map(|v| vec![v]), "get_for_update {}", key);
@@ -232,21 +241,9 @@ fn run_on(db: &Db, ops: Vec<Op>, between: &dyn Fn(usize)) -> Result<(), TestCase
                     Some(v) => t.put(&[key], &[v]).map(|()| None),
                     None => t.delete(&[key]).map(Some),
                 };
-                let locked_by_other = model_txns
-                    .iter()
-                    .enumerate()
-                    .any(|(i, o)| i != slot && o.as_ref().is_some_and(|o| o.locked.contains(&key)));
+                let locked_by_other = locked_by_other(&model_txns, slot, key);
                 let m = model_txns[slot].as_mut().unwrap();
-                if m.failed {
-                    let ok = matches!(got, Err(Error::TxnFailed { .. }));
-                    prop_assert!(ok, "{:?}", got);
-                } else if m.read_only {
-                    let ok = matches!(got, Err(Error::ReadOnlyTxn));
-                    prop_assert!(ok, "{:?}", got);
-                } else if locked_by_other {
-                    let ok = matches!(got, Err(Error::WouldBlock));
-                    prop_assert!(ok, "{:?}", got);
-                } else {
+                if !refused(m, locked_by_other, got.as_ref().err())? {
                     m.locked.insert(key);
                     let locked_read = m.locked_reads.contains(&key);
                     if !m.writes.contains_key(&key) && !locked_read && model.newest(key) > m.snapshot {

@@ -204,24 +204,30 @@ mod loom_tests {
     use loom::sync::Arc;
     use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 
-    /// Two committers append one record each and wait for it: both return covered, and no
-    /// interleaving loses a wake-up (loom reports that as a deadlock).
-    #[test]
-    fn every_waiter_returns_covered() {
-        loom::model(|| {
+    /// `n` committers append one record each and wait for it (every one but the second wants
+    /// it synced); the leader's flush says what it covers if `says` (as the log's does). Each
+    /// returns covered, and no interleaving loses a wake-up (loom reports that as a deadlock).
+    fn committers_return_covered(n: usize, says: bool) {
+        loom::model(move || {
             let group = Arc::new(Group::new(0));
             let tail = Arc::new(Tail::new(0));
-            let handles: Vec<_> = (0..2)
+            let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let (group, tail) = (group.clone(), tail.clone());
                     loom::thread::spawn(move || {
                         let lsn = tail.fetch_add(1, AcqRel) + 1;
-                        let sync = i == 0;
+                        let sync = i != 1;
                         group
                             .wait(lsn, sync, |sync_to| {
                                 let end = tail.load(Acquire);
+                                if says {
+                                    group.flushing(end, false);
+                                }
                                 group.set_written(end);
                                 if sync_to > group.durable() {
+                                    if says {
+                                        group.flushing(end, true);
+                                    }
                                     group.set_durable(end);
                                 }
                                 Ok(())
@@ -238,40 +244,18 @@ mod loom_tests {
         });
     }
 
-    /// Three committers, the leader saying what its flush covers (as the log's does): every
-    /// waiter returns covered whichever variable it slept on, and no wake-up is lost.
+    /// Without the leader saying what it covers, every waiter sleeps until the next flush's
+    /// leader is woken: the wake-up must be handed on.
+    #[test]
+    fn every_waiter_returns_covered() {
+        committers_return_covered(2, false);
+    }
+
+    /// Three committers, the leader saying what its flush covers: whichever variable each
+    /// waiter slept on, it returns covered.
     #[test]
     fn every_waiter_returns_covered_when_the_leader_says_what_it_covers() {
-        loom::model(|| {
-            let group = Arc::new(Group::new(0));
-            let tail = Arc::new(Tail::new(0));
-            let handles: Vec<_> = (0..3)
-                .map(|i| {
-                    let (group, tail) = (group.clone(), tail.clone());
-                    loom::thread::spawn(move || {
-                        let lsn = tail.fetch_add(1, AcqRel) + 1;
-                        let sync = i != 1;
-                        group
-                            .wait(lsn, sync, |sync_to| {
-                                let end = tail.load(Acquire);
-                                group.flushing(end, false);
-                                group.set_written(end);
-                                if sync_to > group.durable() {
-                                    group.flushing(end, true);
-                                    group.set_durable(end);
-                                }
-                                Ok(())
-                            })
-                            .unwrap();
-                        let reached = if sync { group.durable() } else { group.written() };
-                        assert!(reached >= lsn);
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().unwrap();
-            }
-        });
+        committers_return_covered(3, true);
     }
 
     /// A failed flush fails every waiter, and nobody flushes after it.
