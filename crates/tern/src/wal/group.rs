@@ -187,7 +187,11 @@ impl Group {
                 self.flushed.iter().for_each(Condvar::notify_all);
             } else {
                 let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
-                self.flushed[this].notify_all();
+                // Only where someone sleeps: a wake-up is a system call even when nobody waits,
+                // and a lone committer leads every flush.
+                if state.asleep[this] > 0 {
+                    self.flushed[this].notify_all();
+                }
                 if state.asleep[next] > 0 {
                     self.flushed[next].notify_one();
                 }

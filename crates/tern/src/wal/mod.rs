@@ -355,8 +355,10 @@ impl Wal {
         // Waiters up to `end` that want it written sleep until this flush ends (`group.rs`).
         self.group.flushing(end, false);
         if !io.spare.is_empty() {
-            let name = file_name(io.seq);
-            write_all(&mut *io.file, &io.spare).map_err(io_err(format!("writing log file {name}")))?;
+            // The error's text is built only on an error: this runs once per commit at nosync.
+            let seq = io.seq;
+            write_all(&mut *io.file, &io.spare)
+                .map_err(|source| Error::Io { what: format!("writing log file {}", file_name(seq)), source })?;
             io.file_bytes += io.spare.len() as u64;
             io.spare.clear();
             // A giant commit grew the buffer: give the memory back rather than keep it for good
@@ -369,7 +371,10 @@ impl Wal {
         let durable = self.group.durable();
         if (sync_to > durable || full) && durable < end {
             self.group.flushing(end, true);
-            io.file.sync().map_err(io_err(format!("syncing log file {}", file_name(io.seq))))?;
+            let seq = io.seq;
+            io.file
+                .sync()
+                .map_err(|source| Error::Io { what: format!("syncing log file {}", file_name(seq)), source })?;
             self.counters.syncs.fetch_add(1, Relaxed);
             self.group.set_durable(end);
         }
