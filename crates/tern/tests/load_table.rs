@@ -64,6 +64,10 @@ fn a_loaded_table_holds_its_entries_and_takes_writes() {
     assert_eq!(r.get_in(&table, &key(9)).unwrap(), Some(value(9)));
     assert_eq!(r.range_in(&table, ..).unwrap().count(), 50_000);
     drop(r);
+    // Values of any accepted size: overflow pages for the large ones.
+    let big: Vec<(Vec<u8>, Vec<u8>)> = (0..5u64).map(|i| (key(i), vec![i as u8; 300_000 * i as usize])).collect();
+    db.load_table("big", big.clone()).unwrap();
+    assert_eq!(contents(&db, "big"), big);
     // An empty load is an empty table.
     db.load_table("empty", std::iter::empty::<(Vec<u8>, Vec<u8>)>()).unwrap();
     assert!(contents(&db, "empty").is_empty());
