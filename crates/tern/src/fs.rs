@@ -25,6 +25,13 @@ pub trait FsFile: Send + Debug {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize>;
     /// Makes the written data durable (`fdatasync`).
     fn sync(&mut self) -> io::Result<()>;
+    /// Makes the file `len` bytes long with its blocks allocated (`fallocate`), the bytes past
+    /// those written reading as zeros, so that writes within it, and the syncs after them,
+    /// change no file size. Writes still go where the last one ended. Where the file system
+    /// cannot, nothing happens (`Ok`).
+    fn preallocate(&mut self, len: u64) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (made durable by the next [`sync`](FsFile::sync)).
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
 }
 
 /// A file read and written at positions (the buffer manager's page file), shared by threads.
@@ -155,6 +162,30 @@ impl FsFile for StdFile {
 
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn preallocate(&mut self, len: u64) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: `fallocate` on a descriptor this file owns; mode 0 allocates and extends.
+            if unsafe { libc::fallocate(self.0.as_raw_fd(), 0, 0, len) } != 0 {
+                let e = io::Error::last_os_error();
+                // A file system without `fallocate`: appends extend the file as before.
+                return match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) => Ok(()),
+                    _ => Err(e),
+                };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = len;
+        Ok(())
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
     }
 }
 
@@ -407,6 +438,26 @@ impl FsFile for FaultFile {
         }
         f.bytes_written.fetch_add(written as u64, Relaxed);
         Ok(written)
+    }
+
+    fn preallocate(&mut self, len: u64) -> io::Result<()> {
+        let f = &self.faults;
+        f.step("fallocate")?;
+        if f.fail_writes.load(Relaxed) {
+            return Err(eio("fallocate"));
+        }
+        if f.space_left.load(Relaxed) == 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.preallocate(len)
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.faults.step("ftruncate")?;
+        if self.faults.fail_writes.load(Relaxed) {
+            return Err(eio("ftruncate"));
+        }
+        self.inner.set_len(len)
     }
 
     fn sync(&mut self) -> io::Result<()> {

@@ -28,6 +28,10 @@
 //!    under the name `wal-<seq>.tmp` and renamed into place, so a crash between creating the
 //!    file and writing its header leaves a `.tmp` leftover (removed at open), never a log file
 //!    without a header.
+//! 7. The newest file is allocated up to [`PREALLOCATE`] ahead of its writes (zeros), so that
+//!    a sync changes no file size; the zeros are cut, and the cut synced, before the next file
+//!    is created and at a clean close. So only the newest file can end in zeros, and the
+//!    reader takes zeros after its last record as the end of the log, not as damage.
 //!
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
@@ -217,8 +221,15 @@ struct Io {
     seq: u64,
     /// Bytes in the current file (header included).
     file_bytes: u64,
+    /// The current file's length with its preallocated zeros (`file_bytes` if none).
+    allocated: u64,
     spare: Vec<u8>,
 }
+
+/// The most a log file is allocated ahead of its writes ([`FsFile::preallocate`]): a sync of
+/// writes that land in allocated blocks changes no file size, which made each `fdatasync` of
+/// a growing file write metadata too (~1.4x the time of one into allocated blocks here).
+const PREALLOCATE: u64 = 4 << 20;
 
 /// The periodic flusher thread and its stop signal.
 type Flusher = (Arc<(StdMutex<bool>, Condvar)>, std::thread::JoinHandle<()>);
@@ -273,7 +284,13 @@ impl Wal {
                 *APPEND_CLASS,
             ),
             group: Group::new(start),
-            io: StdMutex::new(Io { file, seq, file_bytes: HEADER as u64, spare: Vec::with_capacity(BUFFER) }),
+            io: StdMutex::new(Io {
+                file,
+                seq,
+                file_bytes: HEADER as u64,
+                allocated: HEADER as u64,
+                spare: Vec::with_capacity(BUFFER),
+            }),
             files: StdMutex::new(files),
             checkpoint_lsn: AtomicU64::new(checkpoint_lsn),
             checkpoint_asked: AtomicBool::new(false),
@@ -368,6 +385,12 @@ impl Wal {
             self.count_group(records);
         }
         let full = io.file_bytes >= self.config.file_bytes;
+        if !full && io.allocated < io.file_bytes + self.preallocate() / 2 {
+            // An optimization only: a file system that refuses leaves appends growing the file.
+            let to = io.file_bytes + self.preallocate();
+            let _ = io.file.preallocate(to);
+            io.allocated = to;
+        }
         let durable = self.group.durable();
         if (sync_to > durable || full) && durable < end {
             self.group.flushing(end, true);
@@ -387,13 +410,33 @@ impl Wal {
     /// Closes the current file and starts the next one at LSN `start` (under the `io` latch,
     /// with everything before `start` written to the current file).
     fn next_file(&self, io: &mut Io, start: u64) -> Result<()> {
+        self.trim(io)?;
         let seq = io.seq + 1;
         io.file = new_file(&*self.fs, &self.dir, seq, start)?;
         io.seq = seq;
         io.file_bytes = HEADER as u64;
+        io.allocated = HEADER as u64;
         self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, start));
         self.counters.files_created.fetch_add(1, Relaxed);
         Ok(())
+    }
+
+    /// Cuts the preallocated zeros off the current file and syncs it: every file but the newest
+    /// ends with its last record (invariant 7).
+    fn trim(&self, io: &mut Io) -> Result<()> {
+        if io.allocated > io.file_bytes {
+            let what = || format!("cutting the preallocated end of log file {}", file_name(io.seq));
+            io.file.set_len(io.file_bytes).map_err(|source| Error::Io { what: what(), source })?;
+            io.file.sync().map_err(|source| Error::Io { what: what(), source })?;
+            io.allocated = io.file_bytes;
+        }
+        Ok(())
+    }
+
+    /// How far ahead of its writes a log file is allocated: [`PREALLOCATE`], or the file size
+    /// if smaller (in 64 KiB units).
+    fn preallocate(&self) -> u64 {
+        PREALLOCATE.min(self.config.file_bytes.next_multiple_of(64 << 10))
     }
 
     fn count_group(&self, records: u64) {
@@ -518,7 +561,9 @@ impl Wal {
             let _ = handle.join();
         }
         self.check_writable()?;
-        self.flush_all(true)
+        self.flush_all(true)?;
+        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        self.trim(&mut io)
     }
 }
 

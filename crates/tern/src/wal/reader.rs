@@ -3,11 +3,15 @@
 //! Files are read oldest first; each must carry a valid header whose start LSN continues the
 //! previous file. A record that fails its checksum is one of two things:
 //! * a **torn tail**: it is in the newest file and no valid record follows it (a crash cut the
-//!   last write short, or the file system left zeros where unsynced data would have been).
-//!   Nothing after it was ever acknowledged as durable, so it is cut (`repair`) and reported;
+//!   last write short). Nothing after it was ever acknowledged as durable, so it is cut
+//!   (`repair`) and reported;
 //! * **corruption**: anything else (a bad record in an older file, or one followed by valid
 //!   records). Recovery stops with [`Error::Corruption`] naming the file and offset: dropping
 //!   the records after it would silently lose committed transactions.
+//!
+//! Zeros from where a record would begin to the end of the newest file are the end of the log,
+//! not damage: the file's preallocated end (`wal` invariant 7), or data a crash left unwritten
+//! (never acknowledged as durable). They are cut too (`repair`), and not reported.
 
 use super::record::{self, Bad, Record, ALIGN};
 use super::{file_name, parse_file_name, parse_header, HEADER};
@@ -135,6 +139,8 @@ pub(crate) fn scan(
         let mut pending: Option<Pending<'_>> = None;
         // Where the bad or unfinished bytes at the end begin, if they do.
         let mut torn_at = None;
+        // Where the newest file's zeros begin, if it ends in zeros.
+        let mut zeros_at = None;
         while pos < data.len() {
             match record::decode(&data[pos..]) {
                 Ok((Record::Part { ts, ops }, used)) => {
@@ -182,6 +188,12 @@ pub(crate) fn scan(
                     if !last {
                         return Err(corruption(&name, pos as u64, bad.describe()));
                     }
+                    if data[pos..].iter().all(|&b| b == 0) {
+                        // The newest file's preallocated end (`wal` invariant 7), or a tail a
+                        // crash left unwritten: no record began here. Not damage.
+                        zeros_at = Some(pos);
+                        break;
+                    }
                     if let Some(next) = valid_record_after(&data, pos) {
                         return Err(corruption(
                             &name,
@@ -201,6 +213,10 @@ pub(crate) fn scan(
                 return Err(corruption(&name, p.pos as u64, "a commit's parts end with the file"));
             }
             torn_at = Some(p.pos);
+        }
+        if let (Some(at), None, true) = (zeros_at, torn_at, repair) {
+            fs.truncate(&path, at as u64)
+                .map_err(|source| Error::Io { what: format!("cutting the preallocated end of {name}"), source })?;
         }
         if let Some(at) = torn_at {
             if repair {
