@@ -33,6 +33,11 @@ impl Writer {
     pub fn new(locker: Locker) -> Writer {
         Writer { locker, writes: Vec::new(), locked_reads: Vec::new(), payload: Payload::default() }
     }
+
+    /// Whether `key` of table `table` was read by [`Txn::get_for_update`].
+    fn read_locked(&self, table: u32, key: &[u8]) -> bool {
+        self.locked_reads.iter().any(|(t, k)| *t == table && **k == *key)
+    }
 }
 
 /// A key the transaction wrote, and its version (to stamp at commit, unlink at abort).
@@ -290,7 +295,7 @@ impl<'db> Txn<'db> {
         table.tree.check_key(key)?;
         self.lock_key(table, key, None)?;
         let writer = self.writer.as_mut().expect("locked the key: the writer exists");
-        if !writer.locked_reads.iter().any(|(t, k)| *t == table.id && **k == *key) {
+        if !writer.read_locked(table.id, key) {
             writer.locked_reads.push((table.id, key.into()));
         }
         // Locked: every other writer of the key has committed (stamped) or gone, so the
@@ -343,11 +348,9 @@ impl<'db> Txn<'db> {
         }
         self.lock_key(table, key, Some(self.snapshot))?;
         let writer = self.writer.as_ref().expect("locked the key: the writer exists");
-        let locked_read =
-            !writer.locked_reads.is_empty() && writer.locked_reads.iter().any(|(t, k)| *t == table.id && **k == *key);
         // A key read by `get_for_update` was locked before its newest commit was read: no
         // commit since can conflict, and the write replaces what that read returned.
-        let snapshot = if locked_read { LATEST } else { self.snapshot };
+        let snapshot = if writer.read_locked(table.id, key) { LATEST } else { self.snapshot };
         let me = (self.slot, self.seq);
         let reserve = value.map_or(0, <[u8]>::len);
         let chains = &self.db.chains;
@@ -656,7 +659,9 @@ fn write_version(
             // We hold the key's lock: every other writer's version is committed (stamped
             // before it unlocked) or gone (unlinked before it unlocked). An aborted version
             // left linked is seen by nobody: the check is against the newest committed one.
-            let ts = newest_committed_ts(h);
+            // SAFETY: as above (the leaf is held exclusively). Under the key's lock no other
+            // writer's version is unstamped, so passing over unstamped ones skips none.
+            let ts = unsafe { newest_committed_ts(head) };
             if ts > snapshot {
                 return (Change::Keep, Outcome::Conflict);
             }
@@ -692,31 +697,26 @@ struct NewestCommit<'c> {
 impl Resolve for NewestCommit<'_> {
     fn resolve(&self, chain: u64, _out: &mut Vec<u8>) -> bool {
         let _guard = crossbeam_epoch::pin();
-        let mut at: *const Version = self.chains.head(chain);
-        while !at.is_null() {
-            // SAFETY: the tree validated the chain id under its pin and ours keeps every
-            // version reachable from it allocated (retired versions are freed by the epoch).
-            let v = unsafe { &*at };
-            match v.ts.load(Acquire) {
-                ts if ts < UNCOMMITTED => {
-                    self.ts.set(ts);
-                    return false;
-                }
-                _ => at = v.next.load(Acquire),
-            }
-        }
+        // SAFETY: the tree validated the chain id under its pin, and ours keeps every version
+        // reachable from it allocated (retired versions are freed through the epoch).
+        self.ts.set(unsafe { newest_committed_ts(self.chains.head(chain)) });
         false
     }
 }
 
-/// The commit timestamp of the newest committed version of the chain at `head` (`BASE` if none).
-fn newest_committed_ts(head: &Version) -> u64 {
-    let mut at: *const Version = head;
+/// The commit timestamp of the newest committed version of the chain at `head` (`BASE` if none):
+/// aborted versions and a version not stamped yet are passed over.
+///
+/// # Safety
+/// Every version reachable from `head` is allocated: the caller holds the chain's leaf
+/// exclusively, or is pinned and read `head` from a chain id the tree validated under a pin.
+unsafe fn newest_committed_ts(head: *const Version) -> u64 {
+    let mut at = head;
     while !at.is_null() {
-        // SAFETY: the caller holds the chain's leaf exclusively: every version is allocated.
+        // SAFETY: allocated (contract).
         let v = unsafe { &*at };
         match v.ts.load(Acquire) {
-            ABORTED => at = v.next.load(Acquire),
+            ts if ts >= UNCOMMITTED => at = v.next.load(Acquire),
             ts => return ts,
         }
     }
