@@ -256,8 +256,10 @@ pub(crate) struct Wal {
     flusher: StdMutex<Option<Flusher>>,
 }
 
-fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::Io { what, source }
+/// The error of an I/O call; its text is built only if there is an error (the flush calls this
+/// once per commit at nosync).
+fn io_err(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { what: what(), source }
 }
 
 impl Wal {
@@ -372,10 +374,8 @@ impl Wal {
         // Waiters up to `end` that want it written sleep until this flush ends (`group.rs`).
         self.group.flushing(end, false);
         if !io.spare.is_empty() {
-            // The error's text is built only on an error: this runs once per commit at nosync.
             let seq = io.seq;
-            write_all(&mut *io.file, &io.spare)
-                .map_err(|source| Error::Io { what: format!("writing log file {}", file_name(seq)), source })?;
+            write_all(&mut *io.file, &io.spare).map_err(io_err(|| format!("writing log file {}", file_name(seq))))?;
             io.file_bytes += io.spare.len() as u64;
             io.spare.clear();
             // A giant commit grew the buffer: give the memory back rather than keep it for good
@@ -395,9 +395,7 @@ impl Wal {
         if (sync_to > durable || full) && durable < end {
             self.group.flushing(end, true);
             let seq = io.seq;
-            io.file
-                .sync()
-                .map_err(|source| Error::Io { what: format!("syncing log file {}", file_name(seq)), source })?;
+            io.file.sync().map_err(io_err(|| format!("syncing log file {}", file_name(seq))))?;
             self.counters.syncs.fetch_add(1, Relaxed);
             self.group.set_durable(end);
         }
@@ -425,9 +423,10 @@ impl Wal {
     /// ends with its last record (invariant 7).
     fn trim(&self, io: &mut Io) -> Result<()> {
         if io.allocated > io.file_bytes {
-            let what = || format!("cutting the preallocated end of log file {}", file_name(io.seq));
-            io.file.set_len(io.file_bytes).map_err(|source| Error::Io { what: what(), source })?;
-            io.file.sync().map_err(|source| Error::Io { what: what(), source })?;
+            let seq = io.seq;
+            let what = || format!("cutting the preallocated end of log file {}", file_name(seq));
+            io.file.set_len(io.file_bytes).map_err(io_err(what))?;
+            io.file.sync().map_err(io_err(what))?;
             io.allocated = io.file_bytes;
         }
         Ok(())
@@ -501,13 +500,13 @@ impl Wal {
         // File i is wholly before `lsn` if file i+1 starts at or before it.
         while files.len() > 1 && files[1].1 <= lsn {
             let name = file_name(files[0].0);
-            self.fs.remove(&self.dir.join(&name)).map_err(io_err(format!("removing log file {name}")))?;
+            self.fs.remove(&self.dir.join(&name)).map_err(io_err(|| format!("removing log file {name}")))?;
             files.remove(0);
             removed += 1;
         }
         if removed > 0 {
             self.counters.files_removed.fetch_add(removed, Relaxed);
-            self.fs.sync_dir(&self.dir).map_err(io_err(format!("syncing directory {}", self.dir.display())))?;
+            self.fs.sync_dir(&self.dir).map_err(io_err(|| format!("syncing directory {}", self.dir.display())))?;
         }
         Ok(())
     }
@@ -575,10 +574,10 @@ static APPEND_CLASS: std::sync::LazyLock<LatchClass> =
 /// name, renamed into place, directory synced (invariant 6). Appends go to the renamed file.
 fn new_file(fs: &dyn Fs, dir: &Path, seq: u64, start: u64) -> Result<Box<dyn FsFile>> {
     let (name, tmp) = (file_name(seq), tmp_name(seq));
-    let mut file = fs.create(&dir.join(&tmp)).map_err(io_err(format!("creating log file {tmp}")))?;
-    write_all(&mut *file, &header(seq, start)).map_err(io_err(format!("writing log file {tmp}")))?;
-    file.sync().map_err(io_err(format!("syncing log file {tmp}")))?;
-    fs.rename(&dir.join(&tmp), &dir.join(&name)).map_err(io_err(format!("renaming {tmp} to {name}")))?;
-    fs.sync_dir(dir).map_err(io_err(format!("syncing directory {}", dir.display())))?;
+    let mut file = fs.create(&dir.join(&tmp)).map_err(io_err(|| format!("creating log file {tmp}")))?;
+    write_all(&mut *file, &header(seq, start)).map_err(io_err(|| format!("writing log file {tmp}")))?;
+    file.sync().map_err(io_err(|| format!("syncing log file {tmp}")))?;
+    fs.rename(&dir.join(&tmp), &dir.join(&name)).map_err(io_err(|| format!("renaming {tmp} to {name}")))?;
+    fs.sync_dir(dir).map_err(io_err(|| format!("syncing directory {}", dir.display())))?;
     Ok(file)
 }
