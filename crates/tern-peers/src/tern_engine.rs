@@ -146,17 +146,19 @@ impl Session for TernSession<'_> {
 
     fn scan(&mut self, start: &[u8], count: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
         let t = self.db.begin_read().map_err(failed)?;
+        // The cursor lends each entry (no allocation per entry), as LMDB's cursor does.
+        let mut c = t.cursor(start..).map_err(failed)?;
         let mut seen = 0;
-        let mut range = t.range(start..).map_err(failed)?;
-        for (k, v) in range.by_ref().take(count) {
-            visit(&k, &v);
+        let mut row = c.first().map_err(failed)?;
+        while let Some((k, v)) = row {
+            visit(k, v);
             seen += 1;
+            if seen == count {
+                break;
+            }
+            row = c.next().map_err(failed)?;
         }
-        // A page that could not be read ends the range early; that is a failure, not its end.
-        match range.take_error() {
-            Some(e) => Err(failed(e)),
-            None => Ok(seen),
-        }
+        Ok(seen)
     }
 
     fn begin(&mut self) -> Result<()> {

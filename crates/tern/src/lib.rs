@@ -43,5 +43,5 @@ pub use backup::BackupInfo;
 pub use db::{Db, DbStats, Options, Table, TxnTracking, MAX_TABLE_NAME};
 pub use error::{Error, Result};
 pub use recovery::RecoveryStats;
-pub use txn::{Txn, TxnOptions};
+pub use txn::{Txn, TxnCursor, TxnOptions, TxnRange};
 pub use wal::{Durability, WalConfig};

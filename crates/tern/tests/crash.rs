@@ -221,8 +221,14 @@ fn verify_with(dir: &Path, acked: &[u64], mode: &str, round: usize, backup: bool
     }
     // The ballast is all there or (if the child died before its one commit) all absent.
     if let Ok(table) = db.table("ballast") {
-        let entries: Vec<_> = txn.range_in(&table, ..).unwrap().collect();
-        assert!(entries.is_empty() || entries.len() == BALLAST as usize, "round {round}: a torn ballast");
+        let mut range = txn.range_in(&table, ..).unwrap();
+        let entries: Vec<_> = range.by_ref().collect();
+        assert!(range.error().is_none(), "round {round}: reading the ballast: {:?}", range.error());
+        assert!(
+            entries.is_empty() || entries.len() == BALLAST as usize,
+            "round {round}: a torn ballast ({} entries)",
+            entries.len()
+        );
         for (k, v) in &entries {
             let i = u32::from_be_bytes(k[..].try_into().unwrap());
             assert!(v.len() == BALLAST_VALUE && v.iter().all(|&b| b == i as u8), "round {round}: ballast {i}");

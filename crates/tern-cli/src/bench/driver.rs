@@ -56,8 +56,10 @@ pub struct DriverArgs {
     /// `--features peers`) [default: tern; compare: every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
-    /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys;
-    /// compare also takes tpcb) [default: ycsb: a,b,c,d,e,f; compare: c].
+    /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),
+    /// scan1, scan10, scan100, scan1000 (scans only, of that many entries, from uniform keys;
+    /// rows/s reported), scanall (the whole table per scan); compare also takes tpcb
+    /// [default: ycsb: a,b,c,d,e,f; compare: c].
     #[arg(long, value_delimiter = ',', value_name = "W,...")]
     pub workload: Option<Vec<String>>,
     /// A YCSB workload property file (recordcount, operationcount, *proportion,
@@ -1034,13 +1036,20 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
             (Some(tern), None) => {
                 lines.push(format!("  {t} thread(s): tern {} ops/s, no peer measured", si(tern.ops_per_sec)))
             }
-            (Some(tern), Some(best)) => lines.push(format!(
-                "  {t} thread(s): tern {} ops/s, best peer {} {} ops/s: tern / best peer = {:.2}x (medians)",
-                si(tern.ops_per_sec),
-                best.variant,
-                si(best.ops_per_sec),
-                tern.ops_per_sec / best.ops_per_sec
-            )),
+            (Some(tern), Some(best)) => {
+                let mut line = format!(
+                    "  {t} thread(s): tern {} ops/s, best peer {} {} ops/s: tern / best peer = {:.2}x (medians)",
+                    si(tern.ops_per_sec),
+                    best.variant,
+                    si(best.ops_per_sec),
+                    tern.ops_per_sec / best.ops_per_sec
+                );
+                let rows = |r: &Record| r.extra.get("rows_per_sec").and_then(serde_json::Value::as_f64);
+                if let (Some(a), Some(b)) = (rows(tern), rows(best)) {
+                    line += &format!("; rows/s {} vs {} = {:.2}x", si(a), si(b), a / b.max(f64::MIN_POSITIVE));
+                }
+                lines.push(line)
+            }
             (None, _) => {}
         }
     }

@@ -125,7 +125,8 @@ fn summarise(bench: &'static str, case: &Case<'_>, samples: Vec<Vec<Sample>>) ->
 }
 
 /// Per operation type: `<op>_ops` (median round) and `<op>_p50_ns`, `<op>_p99_ns`,
-/// `<op>_p999_ns` (samples of every round); the median round's benchmark counts; and its
+/// `<op>_p999_ns` (samples of every round); the median round's benchmark counts (and, with a
+/// `scanned` count, `rows_per_sec`); and its
 /// hardware counters per operation, when every thread could read them.
 fn add_op_figures(extra: &mut Map<String, Value>, runs: &[Sample], mid: &Sample) {
     let mut by_op = Vec::new();
@@ -144,6 +145,10 @@ fn add_op_figures(extra: &mut Map<String, Value>, runs: &[Sample], mid: &Sample)
     }
     for (name, n) in &mid.counts {
         extra.insert((*name).to_string(), json!(n));
+        if *name == "scanned" {
+            // Entries scans returned per second (median round): a scan's rate in rows.
+            extra.insert("rows_per_sec".into(), json!((*n as f64 / mid.secs.max(f64::MIN_POSITIVE)).round()));
+        }
     }
     if let Some(c) = mid.counters.filter(|c| !c.is_empty()) {
         extra.extend(c.per_op(mid.ops()));

@@ -112,16 +112,30 @@ impl Workload {
             // Not a YCSB preset: one put per transaction at uniformly random keys, the
             // one-key write path alone (each update is its own transaction on every engine).
             "write1" => ([0.0, 1.0, 0.0, 0.0, 0.0], RequestDist::Uniform),
-            other => return Err(format!("unknown YCSB workload {other:?} (a, b, c, d, e, f, write1)")),
+            // Not YCSB presets: scans only, of one length, from uniformly random keys; `scanall`
+            // reads the whole table from its first key.
+            "scan1" | "scan10" | "scan100" | "scan1000" | "scanall" => {
+                ([0.0, 0.0, 0.0, 1.0, 0.0], RequestDist::Uniform)
+            }
+            other => {
+                return Err(format!(
+                "unknown YCSB workload {other:?} (a, b, c, d, e, f, write1, scan1, scan10, scan100, scan1000, scanall)"
+            ))
+            }
         };
+        let scan = match name {
+            "scanall" => records.max(1),
+            _ => name.strip_prefix("scan").and_then(|n| n.parse().ok()).unwrap_or(0),
+        };
+        let (min_scan, max_scan) = if scan > 0 { (scan, scan) } else { (1, 100) };
         Ok(Workload {
             name: name.to_string(),
             records,
             operations: None,
             mix,
             dist,
-            min_scan: 1,
-            max_scan: 100,
+            min_scan,
+            max_scan,
             scan_zipfian: false,
             value_size,
             threads: None,
@@ -366,7 +380,7 @@ mod tests {
     #[test]
     fn every_preset_draws_its_mix() {
         let n = 200_000;
-        for name in ["a", "b", "c", "d", "e", "f", "write1"] {
+        for name in ["a", "b", "c", "d", "e", "f", "write1", "scan1", "scan10", "scan100", "scan1000", "scanall"] {
             let w = Workload::preset(name, 1000, 100).unwrap();
             let counts = draw_ops(&w, n);
             for (i, &p) in w.mix.iter().enumerate() {

@@ -293,11 +293,33 @@ impl<'j> YcsbThread<'j> {
             Op::Scan => {
                 let i = self.gen.record(e.acked.load(Relaxed));
                 let len = self.gen.scan_length() as usize;
-                let mut bytes = 0usize;
-                let seen =
-                    s.scan(key_of(i, ks, &mut self.key), len, &mut |k, v| bytes += k.len() + v.len()).map_err(err)?;
-                if seen > len || bytes < seen * ks {
-                    return Err(format!("scan of {len} returned {seen} entries of {bytes} bytes"));
+                // A scan of the whole table (`scanall`) starts below every key.
+                let start = if len as u64 >= self.job.workload.records {
+                    self.key[..ks].fill(0);
+                    &self.key[..ks]
+                } else {
+                    key_of(i, ks, &mut self.key)
+                };
+                // As YCSB's client does, a scan materialises each record it returns: the key and
+                // value are copied out (into a buffer reused from row to row), and the value is
+                // checked against the record its key names, as a point read checks its value.
+                let (mut bytes, mut wrong, vs) = (0usize, 0usize, self.job.workload.value_size);
+                let row = &mut self.out;
+                let seen = s
+                    .scan(start, len, &mut |k, v| {
+                        row.clear();
+                        row.extend_from_slice(k);
+                        row.extend_from_slice(v);
+                        bytes += row.len();
+                        let record = k.get(8..16).and_then(|t| t.try_into().ok()).map(u64::from_be_bytes);
+                        wrong += usize::from(record.is_some_and(|i| !check_value(i, v, vs)));
+                    })
+                    .map_err(err)?;
+                if seen > len || bytes < seen * ks || wrong > 0 {
+                    return Err(format!(
+                        "scan of {len} returned {seen} entries of {bytes} bytes, {wrong} of them with a value not \
+                         written for their key"
+                    ));
                 }
                 self.scanned += seen as u64;
             }

@@ -1,87 +1,41 @@
-//! Range cursors over a [`BTree`], forward and backward.
+//! Cursors over a [`BTree`], forward and backward.
 //!
-//! A cursor copies one leaf at a time: under an optimistic read it copies the leaf's keys,
-//! values and fences, then validates (restarting the copy on a change). The copy is flat: every
-//! key and value back to back in one buffer, plus one span per entry, so a leaf costs two
-//! allocations (reused from leaf to leaf), not two per entry. It moves to the next
-//! leaf by descending to the leaf's upper fence (the first key of the next leaf's range), and to
-//! the previous one by descending towards the keys just below the lower fence. No sibling
-//! pointers are needed, and no latch is held between calls. Each leaf's copy is consistent;
-//! the scan as a whole is not a snapshot of the tree (transactions provide that).
+//! A cursor stands on one entry and holds a copy of its key and value, in two buffers reused
+//! from move to move (no allocation per entry). Beside the copy it keeps an optimistic
+//! reference to the leaf the entry came from, the entry's slot, and the leaf's parent with the
+//! leaf's slot in it. A move reads the next (or previous) slot of that leaf and validates the
+//! leaf's version, so a leaf is walked without descending again and only the entries the cursor
+//! stops on are copied. At the end of a leaf the cursor steps to the neighbouring leaf through
+//! the parent (an unchanged parent still names the same children); at the end of the parent it
+//! descends from the root to the leaf's fence (module invariant 2: a leaf's upper fence is its
+//! right neighbour's lower fence; no sibling pointers are needed).
 //!
-//! While descending to a leaf, the cursor prefetches the leaf after it (or before it, going
-//! backwards), whose id the parent holds: the next step's first cache misses overlap this one.
+//! # Invariants
+//! 1. **Nothing unvalidated is returned.** An entry becomes the cursor's only after the leaf it
+//!    was read from validates (a version chain's id is read under an epoch pin, then the leaf
+//!    validated, so the chain is still allocated when it is resolved).
+//! 2. **No entry is skipped or repeated.** When a validation fails (a writer changed the leaf or
+//!    the parent, or either was evicted), the move starts over from the root relative to the key
+//!    the cursor stands on: the first key above it (forward) or below it (backward); or, once
+//!    the move has crossed to a neighbouring leaf, relative to the fence it crossed (keys at or
+//!    above an upper fence, below a lower one), so a retry never goes back through the leaf it
+//!    left (in a pool of a few frames, the two leaves would otherwise evict each other forever).
+//! 3. **No latch is held between calls.** Each entry is consistent; the scan as a whole is not
+//!    a snapshot of the tree (transactions provide that through their [`Resolve`]r).
+//!
+//! When the cursor enters a leaf through its parent it prefetches the leaf after it (for an
+//! evicted leaf: the pool's read-ahead), and within a leaf the record a few slots ahead, so the
+//! next moves' cache misses overlap this one.
 
 use super::node::{NodeRef, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::stored::{Plain, Resolve};
-use super::tree::Abort;
-use super::tree::BTree;
-use crossbeam_epoch::Guard;
+use super::tree::{Abort, BTree, Visit};
 use std::ops::Bound;
 
-/// One leaf, copied (version chains already resolved to the values the reader sees).
-#[derive(Default)]
-struct Leaf {
-    /// Keys and values, back to back.
-    bytes: Vec<u8>,
-    /// Per entry, in key order: where its key and its value lie in `bytes`.
-    entries: Vec<Span>,
-    lower: Option<Vec<u8>>,
-    upper: Option<Vec<u8>>,
-}
+/// Slots ahead of the current one whose record a move prefetches.
+const PREFETCH_AHEAD: usize = 4;
 
-/// An entry of a [`Leaf`]: its key is `bytes[key..key_end]`, its value `bytes[value..end]`.
-#[derive(Clone, Copy)]
-struct Span {
-    key: usize,
-    key_end: usize,
-    value: usize,
-    end: usize,
-}
-
-impl Leaf {
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    fn key(&self, i: usize) -> &[u8] {
-        let s = self.entries[i];
-        &self.bytes[s.key..s.key_end]
-    }
-
-    fn value(&self, i: usize) -> &[u8] {
-        let s = self.entries[i];
-        &self.bytes[s.value..s.end]
-    }
-
-    /// The first entry whose key is not `below` the given one.
-    fn partition(&self, below: impl Fn(&[u8]) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if below(self.key(mid)) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    }
-
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.entries.clear();
-        self.lower = None;
-        self.upper = None;
-    }
-}
-
-/// Entries a forward move copies at most: a short scan copies a part of a leaf, not all of
-/// it (a 16 KiB leaf holds ~120 entries of 100-byte values, and copying them dominated short
-/// scans).
-const WINDOW: usize = 48;
-
-/// Which leaf to load.
+/// Which leaf to descend to.
 #[derive(Clone, Copy)]
 enum Target<'k> {
     /// The leaf whose range holds this key.
@@ -92,114 +46,50 @@ enum Target<'k> {
     Last,
 }
 
-impl BTree {
-    /// Copies the leaf `target` names into `leaf` (its buffers reused), version chains
-    /// resolved by `resolver` (entries it finds nothing visible in are left out).
-    /// An error (a page that could not be read) leaves `leaf` empty.
-    fn load_leaf(
-        &self,
-        target: Target<'_>,
-        resolver: &impl Resolve,
-        leaf: &mut Leaf,
-        chains: &mut Vec<usize>,
-    ) -> crate::Result<()> {
-        let guard = crossbeam_epoch::pin();
-        loop {
-            match self.try_load_leaf(target, &guard, leaf, chains) {
-                Ok(()) => break,
-                Err(Abort::Restart) => self.count_restart(),
-                Err(Abort::Fail(e)) => {
-                    leaf.clear();
-                    return Err(e);
-                }
-            }
-        }
-        if chains.is_empty() {
-            return Ok(());
-        }
-        // The copy validated, so each chain address was in the leaf while this guard was
-        // pinned: the chain is still allocated. Resolved values are appended to the buffer.
-        let mut keep = chains.iter().peekable();
-        let mut i = 0;
-        let Leaf { bytes, entries, .. } = leaf;
-        let mut resolved = Vec::new();
-        entries.retain_mut(|span| {
-            let visible = if keep.next_if(|&&c| c == i).is_some() {
-                let chain = u64::from_le_bytes(bytes[span.value..span.value + 8].try_into().expect("8 bytes"));
-                resolved.clear();
-                let visible = resolver.resolve(chain, &mut resolved);
-                span.value = bytes.len();
-                bytes.extend_from_slice(&resolved);
-                span.end = bytes.len();
-                visible
-            } else {
-                true
-            };
-            i += 1;
-            visible
-        });
-        Ok(())
-    }
+/// Where a positioning move lands, relative to the cursor's anchor key.
+#[derive(Clone, Copy)]
+enum Anchor {
+    /// The first entry with a key `>=` the anchor.
+    AtOrAfter,
+    /// The first entry with a key `>` the anchor.
+    After,
+    /// The last entry with a key `<=` the anchor.
+    AtOrBefore,
+    /// The last entry with a key `<` the anchor.
+    Before,
+    First,
+    Last,
+}
 
-    /// Copies the leaf `target` names into `leaf`; `chains` gets the indices of its
-    /// version-chain entries (whose values are still chain addresses).
-    fn try_load_leaf(
-        &self,
-        target: Target<'_>,
-        guard: &Guard,
-        leaf: &mut Leaf,
-        chains: &mut Vec<usize>,
-    ) -> Result<(), Abort> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Forward,
+    Backward,
+}
+
+/// A leaf as a cursor found it, with its parent and the leaf's slot there (`None`: the leaf is
+/// the root).
+struct Spot<'t> {
+    leaf: Visit<'t>,
+    parent: Option<(Visit<'t>, usize)>,
+}
+
+/// Where a cursor stands: the leaf and the current entry's slot in it.
+struct At<'t> {
+    spot: Spot<'t>,
+    slot: usize,
+}
+
+impl BTree {
+    /// Descends to the leaf `target` names, keeping its parent.
+    fn descend_leaf(&self, target: Target<'_>) -> Result<Spot<'_>, Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
-        let mut at = self.root(guard)?;
+        let mut at = self.root_page()?;
+        let mut parent = None;
         loop {
             let n = NodeRef::new(at.page());
             if n.is_leaf() {
-                leaf.clear();
-                chains.clear();
-                // Going forward, only a window from the target on is copied; its first and
-                // next keys stand in for the fences (the next move reloads by key, landing
-                // on the rest of this leaf). Going backward, the whole leaf.
-                let count = n.count();
-                let (start, end) = match target {
-                    Target::Holding(k) => {
-                        let s = n.search(k, false, layout, pf).min(count);
-                        (s, count.min(s + WINDOW))
-                    }
-                    Target::First => (0, count.min(WINDOW)),
-                    Target::Before(_) | Target::Last => (0, count),
-                };
-                // Every entry before `start` is below the target key, so a backward move
-                // from the window reloads this leaf's earlier part by the target key.
-                leaf.lower = match target {
-                    Target::Holding(k) if start > 0 => Some(k.to_vec()),
-                    _ => n.lower_fence(),
-                };
-                leaf.upper = if end < count { Some(n.key(end)) } else { n.upper_fence() };
-                // Overflow chains in an evicting pool: pin the leaf (shared) while they are
-                // read, or faulting their pages in could evict it and restart the copy forever.
-                let mut version = Some(at.version);
-                let _pinned = if self.pool.evicts() && (start..end).any(|i| n.value_ref(i).flags & FLAG_OVERFLOW != 0) {
-                    Some(version.take().expect("present").into_shared()?)
-                } else {
-                    None
-                };
-                for i in start..end {
-                    let key = leaf.bytes.len();
-                    n.key_into(i, &mut leaf.bytes);
-                    let value = leaf.bytes.len();
-                    if n.value_ref(i).flags & FLAG_CHAIN != 0 {
-                        n.chain_into(i, &mut leaf.bytes);
-                        chains.push(i - start);
-                    } else {
-                        self.read_value(n, i, &mut leaf.bytes, guard)?;
-                    }
-                    leaf.entries.push(Span { key, key_end: value, value, end: leaf.bytes.len() });
-                }
-                if let Some(version) = version {
-                    version.validate()?;
-                }
-                return Ok(());
+                return Ok(Spot { leaf: at, parent });
             }
             let (slot, neighbour) = match target {
                 Target::Holding(k) => {
@@ -213,10 +103,13 @@ impl BTree {
                 Target::First => (0, 1),
                 Target::Last => (n.count(), n.count().wrapping_sub(1)),
             };
+            // The leaf after the one this descent reaches: the scan's next step.
             if pf > 0 && n.level() == 1 && neighbour <= n.count() {
                 self.pool.prefetch(n.child(neighbour));
             }
-            at = self.child(&at, slot, guard)?;
+            let child = self.fix(n.child(slot), Some(&at.version))?;
+            parent = Some((at, slot));
+            at = child;
         }
     }
 
@@ -227,7 +120,19 @@ impl BTree {
 
     /// A cursor whose version chains `resolver` turns into values.
     pub(crate) fn cursor_with<R: Resolve>(&self, resolver: R) -> Cursor<'_, R> {
-        Cursor { tree: self, leaf: Leaf::default(), chains: Vec::new(), pos: None, resolver, error: None }
+        Cursor {
+            tree: self,
+            resolver,
+            at: None,
+            positioned: false,
+            entry: Copied::default(),
+            cand: Copied::default(),
+            anchor: Vec::new(),
+            resume: Anchor::First,
+            crossed: false,
+            fence: Vec::new(),
+            error: None,
+        }
     }
 
     /// The entries with keys in `range` (e.g. `&b"a"[..]..&b"m"[..]`, or `..`), in order;
@@ -256,30 +161,36 @@ impl BTree {
 }
 
 /// A position in a tree, moved with [`seek`](Cursor::seek), [`next_entry`](Cursor::next_entry)
-/// and [`prev_entry`](Cursor::prev_entry).
+/// and [`prev_entry`](Cursor::prev_entry). The key and value it stands on are borrowed from it
+/// until it moves.
 pub struct Cursor<'t, R: Resolve = Plain> {
     tree: &'t BTree,
-    leaf: Leaf,
-    /// Scratch for [`BTree::load_leaf`].
-    chains: Vec<usize>,
-    /// Index into `leaf.entries`; `None` when not on an entry.
-    pos: Option<usize>,
     resolver: R,
+    /// The leaf the current entry was read from; `None` after a move that had to start over or
+    /// ended (the next move descends from the root).
+    at: Option<At<'t>>,
+    /// Whether `entry` holds an entry.
+    positioned: bool,
+    entry: Copied,
+    /// A move's candidate entry, swapped with `entry` once it is the cursor's.
+    cand: Copied,
+    /// The key a positioning move is relative to (kept until the move succeeds: a retry
+    /// starts from it again).
+    anchor: Vec<u8>,
+    /// Where a positioning move (and each of its retries) lands relative to `anchor`. A move
+    /// that crosses to a neighbouring leaf makes that leaf's fence the anchor, so a retry goes
+    /// straight to the neighbour instead of back through the leaf it left (in a pool too small
+    /// for both, the two would evict each other forever).
+    resume: Anchor,
+    /// Whether the current move crossed to a neighbouring leaf (so `anchor` is its fence).
+    crossed: bool,
+    /// A leaf's fence as read, before it validated.
+    fence: Vec<u8>,
     /// The first error a move met (a page that could not be read); moves fail after it.
     error: Option<crate::Error>,
 }
 
 impl<'t, R: Resolve> Cursor<'t, R> {
-    fn load(&mut self, target: Target<'_>) {
-        if self.error.is_some() {
-            self.leaf.clear();
-            return;
-        }
-        if let Err(e) = self.tree.load_leaf(target, &self.resolver, &mut self.leaf, &mut self.chains) {
-            self.error = Some(e);
-        }
-    }
-
     /// The error that stopped this cursor, if one did: a move that met a page it could not
     /// read returns false as at the end of the tree, and every later move does too. Check this
     /// after a scan of a database whose pages can be evicted.
@@ -294,85 +205,330 @@ impl<'t, R: Resolve> Cursor<'t, R> {
 
     /// Moves to the first entry with a key `>= key`; false if there is none.
     pub fn seek(&mut self, key: &[u8]) -> bool {
-        self.load(Target::Holding(key));
-        let i = self.leaf.partition(|k| k < key);
-        self.settle_forward(i)
+        self.set_anchor(key, Anchor::AtOrAfter);
+        self.position()
+    }
+
+    /// Moves to the first entry with a key `> key`; false if there is none.
+    pub fn seek_after(&mut self, key: &[u8]) -> bool {
+        self.set_anchor(key, Anchor::After);
+        self.position()
     }
 
     /// Moves to the last entry with a key `<= key`; false if there is none.
     pub fn seek_for_prev(&mut self, key: &[u8]) -> bool {
-        self.load(Target::Holding(key));
-        let i = self.leaf.partition(|k| k <= key);
-        self.settle_backward(i)
+        self.set_anchor(key, Anchor::AtOrBefore);
+        self.position()
+    }
+
+    /// Moves to the last entry with a key `< key`; false if there is none.
+    pub fn seek_before(&mut self, key: &[u8]) -> bool {
+        self.set_anchor(key, Anchor::Before);
+        self.position()
     }
 
     /// Moves to the first entry of the tree; false if it is empty.
     pub fn seek_first(&mut self) -> bool {
-        self.load(Target::First);
-        self.settle_forward(0)
+        self.resume = Anchor::First;
+        self.position()
     }
 
     /// Moves to the last entry of the tree; false if it is empty.
     pub fn seek_last(&mut self) -> bool {
-        self.load(Target::Last);
-        let n = self.leaf.len();
-        self.settle_backward(n)
+        self.resume = Anchor::Last;
+        self.position()
     }
 
     /// Moves to the next entry; false (and unpositioned) past the last.
     pub fn next_entry(&mut self) -> bool {
-        match self.pos {
-            Some(i) => self.settle_forward(i + 1),
-            None => false,
-        }
+        self.step(Dir::Forward)
     }
 
     /// Moves to the previous entry; false (and unpositioned) before the first.
     pub fn prev_entry(&mut self) -> bool {
-        match self.pos {
-            Some(i) => self.settle_backward(i),
-            None => false,
-        }
+        self.step(Dir::Backward)
     }
 
     /// The current key, if positioned.
     pub fn key(&self) -> Option<&[u8]> {
-        self.pos.map(|i| self.leaf.key(i))
+        self.positioned.then(|| self.entry.key())
     }
 
     /// The current value, if positioned.
     pub fn value(&self) -> Option<&[u8]> {
-        self.pos.map(|i| self.leaf.value(i))
+        self.positioned.then(|| self.entry.value())
     }
 
-    /// Positions at entry `i` of the current leaf, or the first entry of a following leaf.
-    fn settle_forward(&mut self, mut i: usize) -> bool {
-        while i >= self.leaf.len() {
-            let Some(upper) = self.leaf.upper.take() else {
-                self.pos = None;
-                return false;
-            };
-            self.load(Target::Holding(&upper));
-            i = self.leaf.partition(|k| k < upper.as_slice());
-        }
-        self.pos = Some(i);
-        true
+    fn set_anchor(&mut self, key: &[u8], resume: Anchor) {
+        self.anchor.clear();
+        self.anchor.extend_from_slice(key);
+        self.resume = resume;
     }
 
-    /// Positions at the entry before index `i` of the current leaf, or the last entry of a
-    /// preceding leaf.
-    fn settle_backward(&mut self, mut i: usize) -> bool {
-        while i == 0 {
-            let Some(lower) = self.leaf.lower.take() else {
-                self.pos = None;
-                return false;
-            };
-            self.load(Target::Before(&lower));
-            i = self.leaf.partition(|k| k < lower.as_slice());
+    /// Descends from the root to where `resume` says (relative to `anchor`) and stands on the
+    /// first entry the resolver sees from there.
+    fn position(&mut self) -> bool {
+        self.at = None;
+        if self.error.is_some() {
+            return self.settle(None);
         }
-        self.pos = Some(i - 1);
-        true
+        loop {
+            match self.try_position() {
+                Ok(found) => return self.settle(found),
+                Err(Abort::Restart) => self.tree.count_restart(),
+                Err(Abort::Fail(e)) => {
+                    self.error = Some(e);
+                    return self.settle(None);
+                }
+            }
+        }
     }
+
+    fn try_position(&mut self) -> Result<Option<At<'t>>, Abort> {
+        let (tree, anchor) = (self.tree, self.resume);
+        let target = match anchor {
+            Anchor::First => Target::First,
+            Anchor::Last => Target::Last,
+            Anchor::Before => Target::Before(&self.anchor),
+            _ => Target::Holding(&self.anchor),
+        };
+        let spot = tree.descend_leaf(target)?;
+        let n = NodeRef::new(spot.leaf.page());
+        let (from, dir) = match anchor {
+            Anchor::First => (0, Dir::Forward),
+            Anchor::Last => (n.count(), Dir::Backward),
+            _ => {
+                let (pos, found) = n.find(&self.anchor, tree.layout, tree.prefetch_depth());
+                let past = pos + usize::from(found);
+                match anchor {
+                    Anchor::AtOrAfter => (pos, Dir::Forward),
+                    Anchor::After => (past, Dir::Forward),
+                    Anchor::AtOrBefore => (past, Dir::Backward),
+                    _ => (pos, Dir::Backward),
+                }
+            }
+        };
+        self.walk(spot, from, dir)
+    }
+
+    /// Moves one entry in `dir`: within the current leaf if it is unchanged, else from the
+    /// root relative to the current key (invariant 2).
+    fn step(&mut self, dir: Dir) -> bool {
+        if !self.positioned {
+            return false;
+        }
+        // The common case in place: the neighbouring slot of an unchanged leaf.
+        if let Some(at) = &mut self.at {
+            let n = NodeRef::new(at.spot.leaf.page());
+            let count = n.count();
+            let i = if dir == Dir::Forward { at.slot + 1 } else { at.slot.wrapping_sub(1) };
+            if i < count {
+                let ahead = if dir == Dir::Forward { i + PREFETCH_AHEAD } else { i.wrapping_sub(PREFETCH_AHEAD) };
+                if ahead < count {
+                    n.prefetch_record(ahead);
+                }
+                match read_entry(self.tree, &self.resolver, &mut self.cand, &at.spot.leaf, n, i) {
+                    Ok(true) => {
+                        at.slot = i;
+                        std::mem::swap(&mut self.entry, &mut self.cand);
+                        return true;
+                    }
+                    // Nothing visible there: the general walk below goes on past it.
+                    Ok(false) => at.slot = i,
+                    Err(Abort::Restart) => {
+                        self.tree.count_restart();
+                        self.at = None;
+                    }
+                    Err(Abort::Fail(e)) => {
+                        self.error = Some(e);
+                        return self.settle(None);
+                    }
+                }
+            }
+        }
+        if let Some(At { spot, slot }) = self.at.take() {
+            let from = if dir == Dir::Forward { slot + 1 } else { slot };
+            self.crossed = false;
+            match self.walk(spot, from, dir) {
+                Ok(found) => return self.settle(found),
+                Err(Abort::Restart) => self.tree.count_restart(),
+                Err(Abort::Fail(e)) => {
+                    self.error = Some(e);
+                    return self.settle(None);
+                }
+            }
+            if self.crossed {
+                // Past the current leaf already: go on from its fence.
+                return self.position();
+            }
+        }
+        // The current key becomes the anchor.
+        self.anchor.clear();
+        self.anchor.extend_from_slice(self.entry.key());
+        self.resume = if dir == Dir::Forward { Anchor::After } else { Anchor::Before };
+        self.position()
+    }
+
+    /// Makes `found` (read into the candidate buffers) the current entry, or unpositions.
+    fn settle(&mut self, found: Option<At<'t>>) -> bool {
+        self.positioned = found.is_some();
+        if self.positioned {
+            std::mem::swap(&mut self.entry, &mut self.cand);
+        }
+        self.at = found;
+        self.positioned
+    }
+
+    /// Reads the first entry the resolver sees at or after boundary `from` of `spot`'s leaf
+    /// going `dir` (forward: slots `from`, `from + 1`, ...; backward: `from - 1`, `from - 2`,
+    /// ...), through following leaves as needed, into the candidate buffers. `None` at the end
+    /// of the tree.
+    fn walk(&mut self, mut spot: Spot<'t>, mut from: usize, dir: Dir) -> Result<Option<At<'t>>, Abort> {
+        loop {
+            let n = NodeRef::new(spot.leaf.page());
+            let count = n.count();
+            let slot = match dir {
+                Dir::Forward => (from < count).then_some(from),
+                Dir::Backward => from.min(count).checked_sub(1),
+            };
+            let Some(i) = slot else {
+                // The leaf holds nothing more this way (its count is real once it validates).
+                spot.leaf.version.validate()?;
+                match self.neighbour(spot, dir)? {
+                    Some((next, at)) => (spot, from) = (next, at),
+                    None => return Ok(None),
+                }
+                continue;
+            };
+            let ahead = match dir {
+                Dir::Forward => Some(i + PREFETCH_AHEAD).filter(|&a| a < count),
+                Dir::Backward => i.checked_sub(PREFETCH_AHEAD),
+            };
+            if let Some(a) = ahead {
+                n.prefetch_record(a);
+            }
+            if read_entry(self.tree, &self.resolver, &mut self.cand, &spot.leaf, n, i)? {
+                return Ok(Some(At { spot, slot: i }));
+            }
+            from = if dir == Dir::Forward { i + 1 } else { i };
+        }
+    }
+
+    /// The leaf after (or before) `spot`'s and the boundary to read it from: through the
+    /// parent while it is unchanged and has a child that way, else by descending from the root
+    /// to the leaf's fence. `None` past the end of the tree.
+    fn neighbour(&mut self, spot: Spot<'t>, dir: Dir) -> Result<Option<(Spot<'t>, usize)>, Abort> {
+        let tree = self.tree;
+        // The fence first: it becomes the anchor a retry starts from (see `resume`).
+        let n = NodeRef::new(spot.leaf.page());
+        self.fence.clear();
+        let bounded = match dir {
+            Dir::Forward => n.upper_fence_into(&mut self.fence),
+            Dir::Backward => n.lower_fence_into(&mut self.fence),
+        };
+        spot.leaf.version.validate()?;
+        if !bounded {
+            return Ok(None);
+        }
+        // Forward: keys at or above the upper fence are all above the leaf's; backward: keys
+        // below the lower fence are all below them.
+        std::mem::swap(&mut self.anchor, &mut self.fence);
+        self.resume = if dir == Dir::Forward { Anchor::AtOrAfter } else { Anchor::Before };
+        self.crossed = true;
+        if let Some((parent, s)) = spot.parent {
+            let p = NodeRef::new(parent.page());
+            let children = p.count() + 1;
+            let slot = match dir {
+                Dir::Forward => Some(s + 1).filter(|&c| c < children),
+                Dir::Backward => s.checked_sub(1),
+            };
+            if let Some(slot) = slot {
+                // `fix` validates the parent after reading the child's version: `slot` is
+                // current, and the child is the leaf's neighbour.
+                let leaf = tree.fix(p.child(slot), Some(&parent.version))?;
+                let beyond = match dir {
+                    Dir::Forward => Some(slot + 1).filter(|&c| c < children),
+                    Dir::Backward => slot.checked_sub(1),
+                };
+                if let Some(b) = beyond.filter(|_| tree.prefetch_depth() > 0) {
+                    tree.pool.prefetch(p.child(b));
+                }
+                let from = if dir == Dir::Forward { 0 } else { NodeRef::new(leaf.page()).count() };
+                return Ok(Some((Spot { leaf, parent: Some((parent, slot)) }, from)));
+            }
+        }
+        let next = match dir {
+            Dir::Forward => tree.descend_leaf(Target::Holding(&self.anchor))?,
+            Dir::Backward => tree.descend_leaf(Target::Before(&self.anchor))?,
+        };
+        let (from, _) = NodeRef::new(next.leaf.page()).find(&self.anchor, tree.layout, tree.prefetch_depth());
+        Ok(Some((next, from)))
+    }
+}
+
+/// An entry as a cursor copied it: its key, then its value, in one buffer reused from move to
+/// move.
+#[derive(Default)]
+struct Copied {
+    bytes: Vec<u8>,
+    key_len: usize,
+}
+
+impl Copied {
+    fn key(&self) -> &[u8] {
+        &self.bytes[..self.key_len]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.bytes[self.key_len..]
+    }
+}
+
+/// Copies entry `i` of `leaf` (`n`) into `to`, validated; false if `resolver` sees no value in
+/// it (a version chain with nothing visible). The key's stored part and an inline value lie
+/// back to back in the page and are copied in one go.
+fn read_entry<'t>(
+    tree: &'t BTree,
+    resolver: &impl Resolve,
+    to: &mut Copied,
+    leaf: &Visit<'t>,
+    n: NodeRef<'t>,
+    i: usize,
+) -> Result<bool, Abort> {
+    let flags = n.value_ref(i).flags;
+    // A chain's id is read pinned: once the leaf validates, the id was in the tree while
+    // pinned, so its chain is still allocated when it is resolved (invariant 1).
+    let _guard = (flags & FLAG_CHAIN != 0).then(crossbeam_epoch::pin);
+    let bytes = &mut to.bytes;
+    bytes.clear();
+    n.prefix_into(bytes);
+    let prefix = bytes.len();
+    let (suffix, flags) = n.record_into(i, bytes);
+    to.key_len = (prefix + suffix).min(bytes.len());
+    if flags & FLAG_CHAIN != 0 {
+        leaf.version.validate()?;
+        let mut id = [0u8; 8];
+        let stored = &bytes[to.key_len..];
+        id[..stored.len().min(8)].copy_from_slice(&stored[..stored.len().min(8)]);
+        bytes.truncate(to.key_len);
+        return Ok(resolver.resolve(u64::from_le_bytes(id), bytes));
+    }
+    if flags & FLAG_OVERFLOW != 0 {
+        bytes.truncate(to.key_len);
+        if tree.pool.evicts() {
+            // Reading the overflow pages faults them in, which could evict the leaf and fail
+            // every retry: hold the leaf shared meanwhile (its version is unchanged by that).
+            let Some(_shared) = tree.pool.shared(leaf.pid)? else {
+                return Err(Abort::Restart);
+            };
+            leaf.version.validate()?;
+            tree.read_value(n, i, bytes)?;
+            return Ok(true);
+        }
+        tree.read_value(n, i, bytes)?;
+    }
+    leaf.version.validate()?;
+    Ok(true)
 }
 
 /// The entries of a key range, from either end ([`BTree::range`]).

@@ -186,6 +186,24 @@ impl<'a> NodeRef<'a> {
             .then(|| self.bytes(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into()))
     }
 
+    /// Appends the lower fence to `out`; false (nothing appended) for -inf.
+    pub(crate) fn lower_fence_into(self, out: &mut Vec<u8>) -> bool {
+        let has = self.page.u16_at(H_FLAGS) & FENCE_LOWER != 0;
+        if has {
+            self.page.read_into(self.page.u16_at(H_LOWER_OFF).into(), self.page.u16_at(H_LOWER_LEN).into(), out);
+        }
+        has
+    }
+
+    /// Appends the upper fence to `out`; false (nothing appended) for +inf.
+    pub(crate) fn upper_fence_into(self, out: &mut Vec<u8>) -> bool {
+        let has = self.page.u16_at(H_FLAGS) & FENCE_UPPER != 0;
+        if has {
+            self.page.read_into(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into(), out);
+        }
+        has
+    }
+
     fn bytes(self, off: usize, len: usize) -> Vec<u8> {
         let mut v = Vec::new();
         self.page.read_into(off, len, &mut v);
@@ -241,6 +259,16 @@ impl<'a> NodeRef<'a> {
     pub(crate) fn value_ref(self, i: usize) -> ValueRef {
         let p = self.payload(i);
         ValueRef { off: self.key_off(i) + self.key_len(i), len: (p & 0xFFFF) as usize, flags: (p >> 16) as u16 }
+    }
+
+    /// Appends slot `i`'s key as stored (without the node prefix) and the bytes stored after it
+    /// (an inline value, a chain id or an overflow reference) to `out` in one copy; returns the
+    /// stored key's length and the value's flags.
+    #[inline]
+    pub(crate) fn record_into(self, i: usize, out: &mut Vec<u8>) -> (usize, u16) {
+        let (off, key_len, p) = self.slot_record(i);
+        self.page.read_into(off, key_len + (p & 0xFFFF) as usize, out);
+        (key_len, (p >> 16) as u16)
     }
 
     /// Appends slot `i`'s full key (prefix included) to `out`.
@@ -437,7 +465,7 @@ impl<'a> NodeRef<'a> {
     /// four cache lines, so that the key comparison and the value copy that follow a search
     /// wait for one miss, not one per line.
     #[inline]
-    fn prefetch_record(self, i: usize) {
+    pub(crate) fn prefetch_record(self, i: usize) {
         let (off, key_len, payload) = self.slot_record(i);
         // A leaf's payload holds its value's length in the low 16 bits.
         let len = key_len + if self.is_leaf() { (payload & 0xFFFF) as usize } else { 0 };

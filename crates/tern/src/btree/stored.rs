@@ -17,8 +17,8 @@ use crossbeam_epoch::Guard;
 /// transaction layer; trees used through the plain `BTree` API never store chains and use
 /// [`Plain`].
 pub trait Resolve {
-    /// Appends the value visible in chain `chain` to `out` (empty first); false if the reader
-    /// sees nothing (no version visible to it, or a deletion).
+    /// Appends the value visible in chain `chain` to `out` (which may already hold bytes, a
+    /// cursor's key); false if the reader sees nothing (no version visible to it, or a deletion).
     fn resolve(&self, chain: u64, out: &mut Vec<u8>) -> bool;
 }
 
@@ -166,7 +166,7 @@ impl BTree {
             n.chain_into(slot, &mut plain);
             Current::Chain(u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")))
         } else {
-            self.read_value(n, slot, &mut plain, guard)?;
+            self.read_value(n, slot, &mut plain)?;
             Current::Plain(&plain)
         };
         let (change, r) = (f.take().expect("called once: restarts happen before"))(current);

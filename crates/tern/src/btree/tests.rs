@@ -465,3 +465,87 @@ fn free_all_gives_every_page_of_a_tree_back_to_a_shared_pool() {
     assert_eq!(pool.live_pages(), keep.stats().pages, "nodes and overflow pages, resident or evicted, are freed");
     keep.check().unwrap();
 }
+
+#[test]
+fn cursors_walk_a_tree_whose_pages_are_evicted_all_the_time() {
+    let (_dir, t) = evicting_tree(SHAPES[3], 16384);
+    for i in 0..1000u32 {
+        t.upsert(&i.to_be_bytes(), &[i as u8; 1000]).unwrap();
+    }
+    let mut range = t.range(..);
+    let got: Vec<_> = range.by_ref().collect();
+    assert!(range.error().is_none(), "{:?}", range.error());
+    assert_eq!(got.len(), 1000);
+    for (i, (k, v)) in got.iter().enumerate() {
+        assert_eq!(k[..], (i as u32).to_be_bytes());
+        assert!(v.len() == 1000 && v.iter().all(|&b| b == i as u8));
+    }
+    let back: Vec<_> = t.range(..).rev().map(|(k, _)| k).collect();
+    assert_eq!(back.len(), 1000);
+}
+
+/// Scans while a writer splits and merges the leaves around them (and, in a pool of the fewest
+/// frames, while pages are evicted): every key no writer touches is met exactly once, in order,
+/// going either way, and a cursor that turns around lands on its neighbour.
+#[test]
+fn cursors_skip_and_repeat_nothing_while_leaves_split_merge_and_are_evicted() {
+    const STABLE: u32 = 3000;
+    // Long keys: few children per inner node, so scans also cross from parent to parent.
+    let key = |i: u32| format!("{i:07}{}", "-".repeat(120)).into_bytes();
+    for evicting in [false, true] {
+        let (_dir, t) = if evicting {
+            evicting_tree(SHAPES[3], 4096)
+        } else {
+            (tempfile::tempdir().unwrap(), tree(SHAPES[3], 4096))
+        };
+        // Even numbers stay; the writer inserts and deletes odd ones with values of every size.
+        for i in 0..STABLE {
+            t.upsert(&key(2 * i), &[b's'; 600]).unwrap();
+        }
+        let stop = AtomicBool::new(false);
+        thread::scope(|s| {
+            s.spawn(|| {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64;
+                while !stop.load(Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = key(2 * (x % u64::from(STABLE)) as u32 + 1);
+                    if x % 3 == 0 {
+                        t.delete(&k).unwrap();
+                    } else {
+                        t.upsert(&k, &vec![b'w'; (x >> 40) as usize % 900]).unwrap();
+                    }
+                }
+            });
+            let stable = |k: &[u8]| std::str::from_utf8(&k[..7]).unwrap().parse::<u32>().unwrap() % 2 == 0;
+            let want: Vec<Vec<u8>> = (0..STABLE).map(|i| key(2 * i)).collect();
+            for round in 0..4 {
+                let forward: Vec<Vec<u8>> = t.range(..).map(|(k, _)| k).filter(|k| stable(k)).collect();
+                assert!(forward == want, "evicting {evicting}, round {round}: forward scan");
+                let mut backward: Vec<Vec<u8>> = t.range(..).rev().map(|(k, _)| k).filter(|k| stable(k)).collect();
+                backward.reverse();
+                assert!(backward == want, "evicting {evicting}, round {round}: backward scan");
+                // Zigzag: 40 steps on, 39 back, from several places; each step's key is the
+                // neighbour of the last (odd keys may come and go in between).
+                let mut c = t.cursor();
+                for start in [0, 777, 2999] {
+                    assert!(c.seek(&want[start]));
+                    let mut at = want[start].clone();
+                    for (steps, forward) in [(40, true), (39, false)] {
+                        for _ in 0..steps {
+                            if !(if forward { c.next_entry() } else { c.prev_entry() }) {
+                                break;
+                            }
+                            let k = c.key().unwrap().to_vec();
+                            assert!(if forward { k > at } else { k < at }, "evicting {evicting}: moved the wrong way");
+                            at = k;
+                        }
+                    }
+                }
+                assert!(c.error().is_none());
+            }
+            stop.store(true, Relaxed);
+        });
+    }
+}

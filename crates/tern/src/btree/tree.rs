@@ -333,6 +333,12 @@ impl BTree {
 
     /// The root, optimistically; restarts if the root changed while it was being read.
     pub(crate) fn root<'g>(&'g self, _guard: &'g Guard) -> Result<Visit<'g>, Abort> {
+        self.root_page()
+    }
+
+    /// [`root`](Self::root) for a reader that keeps its visits beyond one epoch guard (a
+    /// cursor: it reads no version chain through them without pinning).
+    pub(crate) fn root_page(&self) -> Result<Visit<'_>, Abort> {
         let pid = self.root.load(Acquire);
         let at = self.fix(pid, None)?;
         if self.root.load(Acquire) != pid {
@@ -446,15 +452,15 @@ impl BTree {
             // A chain may span more pages than the pool holds: the leaf stays resident (and
             // the chain allocated) under a shared latch while it is read, page by page.
             let _pinned = path.at.version.into_shared()?;
-            return Ok(Some(self.read_stored(leaf, slot, out, guard)?));
+            return Ok(Some(self.read_stored(leaf, slot, out)?));
         }
-        let stored = if found { Some(self.read_stored(leaf, slot, out, guard)?) } else { None };
+        let stored = if found { Some(self.read_stored(leaf, slot, out)?) } else { None };
         path.at.version.validate()?;
         Ok(stored)
     }
 
     /// Shared-mode lock coupling: slower, but it cannot be starved by writers.
-    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Abort> {
+    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, _guard: &Guard) -> Result<Option<Stored>, Abort> {
         let pid = self.root.load(Acquire);
         let mut held = self.pool.shared(pid)?.ok_or(Abort::Restart)?;
         if self.root.load(Acquire) != pid {
@@ -464,7 +470,7 @@ impl BTree {
             let n = NodeRef::new(held.page());
             if n.is_leaf() {
                 let (slot, found) = n.find(key, self.layout, 0);
-                return if found { Ok(Some(self.read_stored(n, slot, out, guard)?)) } else { Ok(None) };
+                return if found { Ok(Some(self.read_stored(n, slot, out)?)) } else { Ok(None) };
             }
             let child = n.child(n.search(key, true, self.layout, 0));
             // The child is taken before the parent is let go (assigning drops the old guard).
@@ -473,24 +479,18 @@ impl BTree {
     }
 
     /// Appends what slot `slot` stores to `out`: its value, or its chain address.
-    fn read_stored(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>, guard: &Guard) -> Result<Stored, Abort> {
+    fn read_stored(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>) -> Result<Stored, Abort> {
         if leaf.value_ref(slot).flags & FLAG_CHAIN != 0 {
             leaf.chain_into(slot, out);
             Ok(Stored::Chain)
         } else {
-            self.read_value(leaf, slot, out, guard)?;
+            self.read_value(leaf, slot, out)?;
             Ok(Stored::Plain)
         }
     }
 
     /// Appends slot `slot`'s value to `out`, following an overflow chain if it has one.
-    pub(crate) fn read_value(
-        &self,
-        leaf: NodeRef<'_>,
-        slot: usize,
-        out: &mut Vec<u8>,
-        _guard: &Guard,
-    ) -> Result<(), Abort> {
+    pub(crate) fn read_value(&self, leaf: NodeRef<'_>, slot: usize, out: &mut Vec<u8>) -> Result<(), Abort> {
         if leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
             let (first, len) = leaf.overflow_ref(slot);
             overflow::read(&self.pool, first, len.min(MAX_VALUE), out)

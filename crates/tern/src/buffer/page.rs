@@ -116,13 +116,15 @@ impl Page {
         // down by the offset's misalignment, then each next word 8 bytes on, each store
         // overwriting the zeros the one before left at its top; 8 bytes of slack, cut after.
         let len = len.min(self.size());
-        if len == 0 {
+        let (first, skip) = (off / 8, off % 8);
+        if skip + len <= 8 {
+            // Within one word (a node prefix, a short key, a chain id): one small append.
+            out.extend_from_slice(&self.word(first).to_le_bytes()[skip..skip + len]);
             return;
         }
         let start = out.len();
         out.resize(start + len + 8, 0);
         let dst = &mut out[start..];
-        let (first, skip) = (off / 8, off % 8);
         dst[..8].copy_from_slice(&(self.word(first) >> (skip * 8)).to_le_bytes());
         // Words 1.. of the range, each into the 8 bytes after the one before (the slack makes
         // room for as many whole chunks as there are words).

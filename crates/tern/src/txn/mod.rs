@@ -30,7 +30,8 @@
 //! * `version.rs`: version chains hanging off leaf slots, and visibility.
 //! * `chains.rs`: the chain table: leaf slots hold chain ids, the table their newest versions.
 //! * `gc.rs`: pruning and folding of versions no snapshot needs.
-//! * `transaction.rs`: [`Txn`]: reads, writes, scans, commit, abort.
+//! * `transaction.rs`: [`Txn`]: reads, writes, commit, abort.
+//! * `scan.rs`: [`TxnCursor`] and [`TxnRange`]: scans as a transaction sees them.
 //!
 //! # Invariants
 //! 1. A transaction with snapshot `s` sees a version iff it wrote it, or the version committed
@@ -46,11 +47,13 @@
 pub(crate) mod chains;
 pub(crate) mod context;
 pub(crate) mod gc;
+mod scan;
 mod transaction;
 pub(crate) mod version;
 
+pub use scan::{Entry, TxnCursor, TxnRange};
+pub use transaction::Txn;
 pub(crate) use transaction::Writer;
-pub use transaction::{Txn, TxnRange};
 
 use crate::lock::Wait;
 use crate::sync::aligned::Isolated;

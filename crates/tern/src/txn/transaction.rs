@@ -3,10 +3,11 @@
 use super::chains::Chains;
 use super::context::{claim_slot, next_commit_ts, Slot, COMMITTING, IDLE};
 use super::gc::Item;
+use super::scan::{TxnCursor, TxnRange};
 use super::version::{retire, Reader, Version, View, ABORTED, LATEST, UNCOMMITTED};
 use super::{Counter, TxnOptions};
 use crate::btree::stored::{Change, Current, Resolve};
-use crate::btree::{Range, MAX_VALUE};
+use crate::btree::MAX_VALUE;
 use crate::db::{DbInner, Table, TableInner};
 use crate::lock::{key_id, LockMode, LockObject, Locker, Wait};
 use crate::wal::record::Payload;
@@ -239,14 +240,31 @@ impl<'db> Txn<'db> {
     /// `..`), in key order; `.rev()` for descending order.
     pub fn range<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'_>> {
         self.check_usable()?;
-        Ok(TxnRange { inner: self.db.default_table.tree.range_with(range, self.view()) })
+        Ok(TxnRange::new(self.db.default_table.tree.range_with(range, self.view())))
     }
 
     /// [`Txn::range`] over `table`.
     pub fn range_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'t>> {
         self.check_usable()?;
         self.check_table(table)?;
-        Ok(TxnRange { inner: table.inner.tree.range_with(range, self.view()) })
+        Ok(TxnRange::new(table.inner.tree.range_with(range, self.view())))
+    }
+
+    /// A cursor over the entries of the default table with keys in `range` (`..` for all), as
+    /// this transaction sees them (its snapshot and its own writes), not yet positioned. Its
+    /// key and value are borrowed from it until it moves: a scan through it copies each entry
+    /// once into buffers it reuses, and allocates nothing per entry. [`TxnCursor`] shows how to
+    /// move it.
+    pub fn cursor<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnCursor<'_>> {
+        self.check_usable()?;
+        Ok(TxnCursor::new(self.db.default_table.tree.cursor_with(self.view()), range))
+    }
+
+    /// [`Txn::cursor`] over `table`.
+    pub fn cursor_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnCursor<'t>> {
+        self.check_usable()?;
+        self.check_table(table)?;
+        Ok(TxnCursor::new(table.inner.tree.cursor_with(self.view()), range))
     }
 
     // ---- writes ----
@@ -721,37 +739,4 @@ unsafe fn newest_committed_ts(head: *const Version) -> u64 {
         }
     }
     super::version::BASE
-}
-
-/// The entries of a key range as a transaction sees them, from either end ([`Txn::range`]).
-pub struct TxnRange<'t> {
-    inner: Range<'t, View<'t>>,
-}
-
-impl TxnRange<'_> {
-    /// The error that ended this iteration early, if one did: a page that could not be read
-    /// (`Error::Io`, `Error::Corruption`) stops the iteration as if the range had ended. Check
-    /// it after iterating a database whose pages can be evicted.
-    pub fn error(&self) -> Option<&Error> {
-        self.inner.error()
-    }
-
-    /// Takes the error that ended this iteration early (see [`error`](Self::error)).
-    pub fn take_error(&mut self) -> Option<Error> {
-        self.inner.take_error()
-    }
-}
-
-impl Iterator for TxnRange<'_> {
-    type Item = (Vec<u8>, Vec<u8>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.inner.next()
-    }
-}
-
-impl DoubleEndedIterator for TxnRange<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner.next_back()
-    }
 }
