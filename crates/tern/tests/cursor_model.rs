@@ -100,6 +100,23 @@ fn commit_other(db: &Db, writes: &[(u16, Option<u8>)]) -> Vec<(u16, Option<Vec<u
     done.into_iter().collect()
 }
 
+/// Commits `writes` in another transaction and applies what committed to the model, noting the
+/// keys in `since`.
+fn commit_to_model(
+    db: &Db,
+    writes: &[(u16, Option<u8>)],
+    committed: &mut BTreeMap<u16, Vec<u8>>,
+    since: &mut std::collections::HashSet<u16>,
+) {
+    for (k, v) in commit_other(db, writes) {
+        since.insert(k);
+        match v {
+            Some(v) => committed.insert(k, v),
+            None => committed.remove(&k),
+        };
+    }
+}
+
 /// The model cursor's answer: the first key of `view` in the range `(after, ..)` going forward
 /// or `(.., before)` going backward, inside the cursor's bounds.
 fn expect(view: &BTreeMap<u16, Vec<u8>>, from: Bound<u16>, to: Bound<u16>, forward: bool) -> Option<(u16, Vec<u8>)> {
@@ -166,15 +183,7 @@ fn run(initial: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Err(e) => return Err(TestCaseError::fail(format!("write: {e}"))),
                 }
             }
-            Op::Commit(writes) => {
-                for (k, v) in commit_other(&db, &writes) {
-                    since.insert(k);
-                    match v {
-                        Some(v) => committed.insert(k, v),
-                        None => committed.remove(&k),
-                    };
-                }
-            }
+            Op::Commit(writes) => commit_to_model(&db, &writes, &mut committed, &mut since),
             Op::Renew => {
                 writer.commit().unwrap();
                 for (k, v) in std::mem::take(&mut own_writes) {
@@ -209,13 +218,7 @@ fn run(initial: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     };
                     let (got, want) = match m {
                         Move::Commit(writes) => {
-                            for (k, v) in commit_other(&db, &writes) {
-                                since.insert(k);
-                                match v {
-                                    Some(v) => committed.insert(k, v),
-                                    None => committed.remove(&k),
-                                };
-                            }
+                            commit_to_model(&db, &writes, &mut committed, &mut since);
                             continue;
                         }
                         Move::First => (c.first(), expect(view, start, end, true)),

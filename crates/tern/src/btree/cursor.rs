@@ -148,15 +148,7 @@ impl BTree {
         range: impl std::ops::RangeBounds<&'k [u8]>,
         resolver: R,
     ) -> Range<'_, R> {
-        Range {
-            tree: self,
-            start: range.start_bound().map(|k| k.to_vec()),
-            end: range.end_bound().map(|k| k.to_vec()),
-            front: None,
-            back: None,
-            done: false,
-            resolver,
-        }
+        Range { tree: self, bounds: Bounds::of(range), front: None, back: None, done: false, resolver }
     }
 }
 
@@ -531,11 +523,40 @@ fn read_entry<'t>(
     Ok(true)
 }
 
+/// A key range's bounds, owned.
+pub(crate) struct Bounds {
+    pub start: Bound<Vec<u8>>,
+    pub end: Bound<Vec<u8>>,
+}
+
+impl Bounds {
+    pub fn of<'k>(range: impl std::ops::RangeBounds<&'k [u8]>) -> Bounds {
+        Bounds { start: range.start_bound().map(|k| k.to_vec()), end: range.end_bound().map(|k| k.to_vec()) }
+    }
+
+    /// Whether `key` is not below the start.
+    pub fn admits_start(&self, key: &[u8]) -> bool {
+        match &self.start {
+            Bound::Included(s) => key >= s.as_slice(),
+            Bound::Excluded(s) => key > s.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+
+    /// Whether `key` is not above the end.
+    pub fn admits_end(&self, key: &[u8]) -> bool {
+        match &self.end {
+            Bound::Included(e) => key <= e.as_slice(),
+            Bound::Excluded(e) => key < e.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+}
+
 /// The entries of a key range, from either end ([`BTree::range`]).
 pub struct Range<'t, R: Resolve + Clone = Plain> {
     tree: &'t BTree,
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
+    bounds: Bounds,
     front: Option<Cursor<'t, R>>,
     back: Option<Cursor<'t, R>>,
     done: bool,
@@ -554,22 +575,6 @@ impl<R: Resolve + Clone> Range<'_, R> {
         self.front.as_mut().and_then(Cursor::take_error).or_else(|| self.back.as_mut().and_then(Cursor::take_error))
     }
 
-    fn within_start(&self, key: &[u8]) -> bool {
-        match &self.start {
-            Bound::Included(s) => key >= s.as_slice(),
-            Bound::Excluded(s) => key > s.as_slice(),
-            Bound::Unbounded => true,
-        }
-    }
-
-    fn within_end(&self, key: &[u8]) -> bool {
-        match &self.end {
-            Bound::Included(e) => key <= e.as_slice(),
-            Bound::Excluded(e) => key < e.as_slice(),
-            Bound::Unbounded => true,
-        }
-    }
-
     /// Takes the cursor's entry if it lies in the range and has not been passed by the other
     /// end; otherwise ends the iteration.
     fn take(&mut self, from_front: bool) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -577,7 +582,7 @@ impl<R: Resolve + Clone> Range<'_, R> {
         let key = cursor.key()?;
         let other = if from_front { self.back.as_ref() } else { self.front.as_ref() };
         let crossed = other.and_then(|c| c.key()).is_some_and(|o| if from_front { key >= o } else { key <= o });
-        if crossed || !self.within_start(key) || !self.within_end(key) {
+        if crossed || !self.bounds.admits_start(key) || !self.bounds.admits_end(key) {
             self.done = true;
             return None;
         }
@@ -598,7 +603,7 @@ impl<R: Resolve + Clone> Iterator for Range<'_, R> {
             }
             None => {
                 let mut c = self.tree.cursor_with(self.resolver.clone());
-                match &self.start {
+                match &self.bounds.start {
                     Bound::Included(s) => c.seek(s),
                     Bound::Excluded(s) => c.seek(s) && (c.key() != Some(s.as_slice()) || c.next_entry()),
                     Bound::Unbounded => c.seek_first(),
@@ -625,7 +630,7 @@ impl<R: Resolve + Clone> DoubleEndedIterator for Range<'_, R> {
             }
             None => {
                 let mut c = self.tree.cursor_with(self.resolver.clone());
-                match &self.end {
+                match &self.bounds.end {
                     Bound::Included(e) => c.seek_for_prev(e),
                     Bound::Excluded(e) => c.seek_for_prev(e) && (c.key() != Some(e.as_slice()) || c.prev_entry()),
                     Bound::Unbounded => c.seek_last(),

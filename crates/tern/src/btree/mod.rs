@@ -62,6 +62,7 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use cursor::Bounds;
 pub use cursor::{Cursor, Range};
 pub use search::Layout;
 pub(crate) use stored::chains_in;

@@ -6,7 +6,7 @@
 //! snapshot, plus the transaction's own writes, minus deletions.
 
 use super::version::View;
-use crate::btree::{Cursor, Range};
+use crate::btree::{Bounds, Cursor, Range};
 use crate::{Error, Result};
 use std::ops::{Bound, RangeBounds};
 
@@ -48,8 +48,7 @@ use std::ops::{Bound, RangeBounds};
 /// ```
 pub struct TxnCursor<'t> {
     inner: Cursor<'t, View<'t>>,
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
+    bounds: Bounds,
     state: State,
 }
 
@@ -66,17 +65,12 @@ pub type Entry<'c> = (&'c [u8], &'c [u8]);
 
 impl<'t> TxnCursor<'t> {
     pub(super) fn new<'k>(inner: Cursor<'t, View<'t>>, range: impl RangeBounds<&'k [u8]>) -> TxnCursor<'t> {
-        TxnCursor {
-            inner,
-            start: range.start_bound().map(|k| k.to_vec()),
-            end: range.end_bound().map(|k| k.to_vec()),
-            state: State::Fresh,
-        }
+        TxnCursor { inner, bounds: Bounds::of(range), state: State::Fresh }
     }
 
     /// Moves to the first entry of the range.
     pub fn first(&mut self) -> Result<Option<Entry<'_>>> {
-        let moved = match &self.start {
+        let moved = match &self.bounds.start {
             Bound::Included(s) => self.inner.seek(s),
             Bound::Excluded(s) => self.inner.seek_after(s),
             Bound::Unbounded => self.inner.seek_first(),
@@ -86,7 +80,7 @@ impl<'t> TxnCursor<'t> {
 
     /// Moves to the last entry of the range.
     pub fn last(&mut self) -> Result<Option<Entry<'_>>> {
-        let moved = match &self.end {
+        let moved = match &self.bounds.end {
             Bound::Included(e) => self.inner.seek_for_prev(e),
             Bound::Excluded(e) => self.inner.seek_before(e),
             Bound::Unbounded => self.inner.seek_last(),
@@ -96,7 +90,7 @@ impl<'t> TxnCursor<'t> {
 
     /// Moves to the first entry of the range with a key `>= key`.
     pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry<'_>>> {
-        if !self.at_or_after_start(key) {
+        if !self.bounds.admits_start(key) {
             return self.first();
         }
         let moved = self.inner.seek(key);
@@ -105,7 +99,7 @@ impl<'t> TxnCursor<'t> {
 
     /// Moves to the last entry of the range with a key `<= key`.
     pub fn seek_for_prev(&mut self, key: &[u8]) -> Result<Option<Entry<'_>>> {
-        if !self.at_or_before_end(key) {
+        if !self.bounds.admits_end(key) {
             return self.last();
         }
         let moved = self.inner.seek_for_prev(key);
@@ -166,27 +160,11 @@ impl<'t> TxnCursor<'t> {
             };
         }
         let key = self.inner.key().unwrap_or_default();
-        let inside = if forward { self.at_or_before_end(key) } else { self.at_or_after_start(key) };
+        let inside = if forward { self.bounds.admits_end(key) } else { self.bounds.admits_start(key) };
         if inside {
             self.state = State::On;
         }
         Ok(self.entry())
-    }
-
-    fn at_or_after_start(&self, key: &[u8]) -> bool {
-        match &self.start {
-            Bound::Included(s) => key >= s.as_slice(),
-            Bound::Excluded(s) => key > s.as_slice(),
-            Bound::Unbounded => true,
-        }
-    }
-
-    fn at_or_before_end(&self, key: &[u8]) -> bool {
-        match &self.end {
-            Bound::Included(e) => key <= e.as_slice(),
-            Bound::Excluded(e) => key < e.as_slice(),
-            Bound::Unbounded => true,
-        }
     }
 }
 
