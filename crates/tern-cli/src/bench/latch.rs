@@ -399,6 +399,16 @@ pub fn run(args: &LatchArgs) -> Result<(), String> {
         ns_per_unit,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    let c = tern::sync::calibration();
+    let title = format!(
+        "{title}\ncalibration: {}; PAUSE {:.1} ns, park/unpark round trip {:.1} us; the default spin schedule ({} \
+         rounds) spins {:.1} us before parking",
+        c.cpu_model,
+        c.pause_ns,
+        c.park_round_trip_ns / 1000.0,
+        SpinConfig::DEFAULT.spin_rounds,
+        c.schedule_ns(SpinConfig::DEFAULT) / 1000.0
+    );
     emit(&records, args.common.json, &title, &key_ratios(&records));
     Ok(())
 }

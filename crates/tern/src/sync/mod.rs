@@ -13,7 +13,9 @@
 //! A latch that cannot be taken at once waits as its [`LatchClass`]'s [`SpinConfig`] says:
 //! PAUSE-spin with exponential backoff then park (default), `sched_yield` spinning, parking at
 //! once, or an adaptive spin limit (`spin.rs` explains each). Sleeping uses a global parking table
-//! keyed by the latch's address (`park.rs`), so a latch is a single word.
+//! keyed by the latch's address (`park.rs`), so a latch is a single word. What a PAUSE and a
+//! park/unpark round trip cost on the running CPU is measured once per process
+//! ([`calibration`], `calibrate.rs`), since PAUSE's latency differs tenfold between CPUs.
 //!
 //! ## Counters
 //! Per class, per thread, summed on read ([`stats`]): acquisitions, contended acquisitions, spin
@@ -39,6 +41,8 @@
 
 pub(crate) mod aligned;
 pub mod asymmetric;
+#[cfg(not(loom))]
+mod calibrate;
 mod class;
 pub(crate) mod counters;
 mod hybrid;
@@ -56,6 +60,8 @@ mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+#[cfg(not(loom))]
+pub use calibrate::{calibration, Calibration};
 pub use class::{set_all_configs, LatchClass, MAX_CLASSES};
 pub use counters::{class_stats, stats, LatchStats};
 pub use hybrid::{ExclusiveGuard, HybridLatch, OptimisticGuard, Restart, SharedGuard};

@@ -452,3 +452,15 @@ fn a_leaked_read_guard_does_not_hang_a_later_latch_at_the_same_address() {
     }
     assert!(!addresses.is_empty());
 }
+
+#[test]
+fn calibration_measures_the_running_cpu_once() {
+    let c = super::calibration();
+    assert!(c.pause_ns.is_finite() && c.pause_ns > 0.0 && c.pause_ns < 10_000.0, "{c:?}");
+    assert!(c.park_round_trip_ns.is_finite() && c.park_round_trip_ns > 0.0, "{c:?}");
+    assert!(!c.cpu_model.is_empty());
+    // The default schedule: 32 + 64 + 128 + 256 + 256 + 256 = 992 PAUSEs.
+    let schedule = c.schedule_ns(SpinConfig::DEFAULT);
+    assert!((schedule - 992.0 * c.pause_ns).abs() < 1e-6 * schedule, "{schedule} for {c:?}");
+    assert!(std::ptr::eq(c, super::calibration()), "measured once");
+}
