@@ -231,6 +231,26 @@ impl<'t, R: Resolve> Cursor<'t, R> {
         self.position()
     }
 
+    /// Moves to the first entry `bounds`' start admits (its end is not looked at); false if
+    /// there is none.
+    pub(crate) fn seek_start(&mut self, bounds: &Bounds) -> bool {
+        match &bounds.start {
+            Bound::Included(s) => self.seek(s),
+            Bound::Excluded(s) => self.seek_after(s),
+            Bound::Unbounded => self.seek_first(),
+        }
+    }
+
+    /// Moves to the last entry `bounds`' end admits (its start is not looked at); false if
+    /// there is none.
+    pub(crate) fn seek_end(&mut self, bounds: &Bounds) -> bool {
+        match &bounds.end {
+            Bound::Included(e) => self.seek_for_prev(e),
+            Bound::Excluded(e) => self.seek_before(e),
+            Bound::Unbounded => self.seek_last(),
+        }
+    }
+
     /// Moves to the next entry; false (and unpositioned) past the last.
     pub fn next_entry(&mut self) -> bool {
         self.step(Dir::Forward)
@@ -315,10 +335,7 @@ impl<'t, R: Resolve> Cursor<'t, R> {
             let count = n.count();
             let i = if dir == Dir::Forward { at.slot + 1 } else { at.slot.wrapping_sub(1) };
             if i < count {
-                let ahead = if dir == Dir::Forward { i + PREFETCH_AHEAD } else { i.wrapping_sub(PREFETCH_AHEAD) };
-                if ahead < count {
-                    n.prefetch_record(ahead);
-                }
+                prefetch_ahead(n, i, count, dir);
                 match read_entry(self.tree, &self.resolver, &mut self.cand, &at.spot.leaf, n, i) {
                     Ok(true) => {
                         at.slot = i;
@@ -392,13 +409,7 @@ impl<'t, R: Resolve> Cursor<'t, R> {
                 }
                 continue;
             };
-            let ahead = match dir {
-                Dir::Forward => Some(i + PREFETCH_AHEAD).filter(|&a| a < count),
-                Dir::Backward => i.checked_sub(PREFETCH_AHEAD),
-            };
-            if let Some(a) = ahead {
-                n.prefetch_record(a);
-            }
+            prefetch_ahead(n, i, count, dir);
             if read_entry(self.tree, &self.resolver, &mut self.cand, &spot.leaf, n, i)? {
                 return Ok(Some(At { spot, slot: i }));
             }
@@ -455,6 +466,19 @@ impl<'t, R: Resolve> Cursor<'t, R> {
         };
         let (from, _) = NodeRef::new(next.leaf.page()).find(&self.anchor, tree.layout, tree.prefetch_depth());
         Ok(Some((next, from)))
+    }
+}
+
+/// Prefetches the record [`PREFETCH_AHEAD`] slots past slot `i` of a leaf of `count` slots,
+/// going `dir`, if there is one.
+#[inline]
+fn prefetch_ahead(n: NodeRef<'_>, i: usize, count: usize, dir: Dir) {
+    let ahead = match dir {
+        Dir::Forward => i + PREFETCH_AHEAD,
+        Dir::Backward => i.wrapping_sub(PREFETCH_AHEAD),
+    };
+    if ahead < count {
+        n.prefetch_record(ahead);
     }
 }
 
@@ -603,11 +627,7 @@ impl<R: Resolve + Clone> Iterator for Range<'_, R> {
             }
             None => {
                 let mut c = self.tree.cursor_with(self.resolver.clone());
-                match &self.bounds.start {
-                    Bound::Included(s) => c.seek(s),
-                    Bound::Excluded(s) => c.seek(s) && (c.key() != Some(s.as_slice()) || c.next_entry()),
-                    Bound::Unbounded => c.seek_first(),
-                };
+                c.seek_start(&self.bounds);
                 self.front = Some(c);
             }
         }
@@ -630,11 +650,7 @@ impl<R: Resolve + Clone> DoubleEndedIterator for Range<'_, R> {
             }
             None => {
                 let mut c = self.tree.cursor_with(self.resolver.clone());
-                match &self.bounds.end {
-                    Bound::Included(e) => c.seek_for_prev(e),
-                    Bound::Excluded(e) => c.seek_for_prev(e) && (c.key() != Some(e.as_slice()) || c.prev_entry()),
-                    Bound::Unbounded => c.seek_last(),
-                };
+                c.seek_end(&self.bounds);
                 self.back = Some(c);
             }
         }

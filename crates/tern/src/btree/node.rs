@@ -176,14 +176,14 @@ impl<'a> NodeRef<'a> {
 
     /// The lower fence (inclusive), `None` for -inf.
     pub(crate) fn lower_fence(self) -> Option<Vec<u8>> {
-        (self.page.u16_at(H_FLAGS) & FENCE_LOWER != 0)
-            .then(|| self.bytes(self.page.u16_at(H_LOWER_OFF).into(), self.page.u16_at(H_LOWER_LEN).into()))
+        let mut fence = Vec::new();
+        self.lower_fence_into(&mut fence).then_some(fence)
     }
 
     /// The upper fence (exclusive), `None` for +inf.
     pub(crate) fn upper_fence(self) -> Option<Vec<u8>> {
-        (self.page.u16_at(H_FLAGS) & FENCE_UPPER != 0)
-            .then(|| self.bytes(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into()))
+        let mut fence = Vec::new();
+        self.upper_fence_into(&mut fence).then_some(fence)
     }
 
     /// Appends the lower fence to `out`; false (nothing appended) for -inf.
@@ -202,12 +202,6 @@ impl<'a> NodeRef<'a> {
             self.page.read_into(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into(), out);
         }
         has
-    }
-
-    fn bytes(self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = Vec::new();
-        self.page.read_into(off, len, &mut v);
-        v
     }
 
     // ---- slots ----

@@ -430,11 +430,8 @@ impl BTree {
         self.check_key(key)?;
         for attempt in 0.. {
             out.clear();
-            let found = if attempt < OPTIMISTIC_ATTEMPTS {
-                self.try_get(key, out, guard)
-            } else {
-                self.get_shared(key, out, guard)
-            };
+            let found =
+                if attempt < OPTIMISTIC_ATTEMPTS { self.try_get(key, out, guard) } else { self.get_shared(key, out) };
             match found {
                 Ok(found) => return Ok(found),
                 Err(Abort::Restart) => self.count_restart(),
@@ -460,7 +457,7 @@ impl BTree {
     }
 
     /// Shared-mode lock coupling: slower, but it cannot be starved by writers.
-    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>, _guard: &Guard) -> Result<Option<Stored>, Abort> {
+    fn get_shared(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Stored>, Abort> {
         let pid = self.root.load(Acquire);
         let mut held = self.pool.shared(pid)?.ok_or(Abort::Restart)?;
         if self.root.load(Acquire) != pid {

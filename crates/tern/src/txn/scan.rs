@@ -8,7 +8,7 @@
 use super::version::View;
 use crate::btree::{Bounds, Cursor, Range};
 use crate::{Error, Result};
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 
 /// A cursor over one table's entries in a key range, as a transaction sees them
 /// ([`Txn::cursor`](super::Txn::cursor), [`Txn::cursor_in`](super::Txn::cursor_in)).
@@ -70,21 +70,13 @@ impl<'t> TxnCursor<'t> {
 
     /// Moves to the first entry of the range.
     pub fn first(&mut self) -> Result<Option<Entry<'_>>> {
-        let moved = match &self.bounds.start {
-            Bound::Included(s) => self.inner.seek(s),
-            Bound::Excluded(s) => self.inner.seek_after(s),
-            Bound::Unbounded => self.inner.seek_first(),
-        };
+        let moved = self.inner.seek_start(&self.bounds);
         self.land(moved, true)
     }
 
     /// Moves to the last entry of the range.
     pub fn last(&mut self) -> Result<Option<Entry<'_>>> {
-        let moved = match &self.bounds.end {
-            Bound::Included(e) => self.inner.seek_for_prev(e),
-            Bound::Excluded(e) => self.inner.seek_before(e),
-            Bound::Unbounded => self.inner.seek_last(),
-        };
+        let moved = self.inner.seek_end(&self.bounds);
         self.land(moved, false)
     }
 
