@@ -73,7 +73,7 @@ fn bad_arguments_fail_with_a_clear_message() {
         (&["bench", "latch", "--duration", "0"][..], "--duration"),
         (&["bench", "latch", "--write-pct", "150"][..], "--write-pct"),
         (&["bench", "latch", "--variants", "nonesuch", "--duration", "0.01"][..], "no variant"),
-        (&["bench", "latch", "--first-pauses", "0"][..], "first_pauses"),
+        (&["bench", "latch", "--first-round-ns", "0"][..], "first_round_ns"),
     ] {
         let out = tern().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} should fail");

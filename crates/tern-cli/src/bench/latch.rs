@@ -2,7 +2,7 @@
 
 use super::harness::{run_threads, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
-use super::runner::{self, round3, Case, RunFn};
+use super::runner::{self, Case, RunFn};
 use super::work;
 use super::Common;
 use clap::{Args, ValueEnum};
@@ -59,15 +59,16 @@ pub struct LatchArgs {
     /// Only these variants (e.g. parking_lot,tern-pause).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub variants: Option<Vec<String>>,
-    /// Spin rounds before parking for tern's latches (default: tern's default).
-    #[arg(long, value_name = "N")]
-    pub spin_rounds: Option<u8>,
-    /// PAUSE instructions in tern's first spin round (default: tern's default).
-    #[arg(long, value_name = "N")]
-    pub first_pauses: Option<u16>,
-    /// PAUSE instructions in tern's longest spin round (default: tern's default).
-    #[arg(long, value_name = "N")]
-    pub max_pauses: Option<u16>,
+    /// Nanoseconds tern's latches spin before parking (each phase, for adaptive; default:
+    /// tern's default).
+    #[arg(long, value_name = "NS")]
+    pub spin_ns: Option<u32>,
+    /// Nanoseconds of tern's first PAUSE round (default: tern's default).
+    #[arg(long, value_name = "NS")]
+    pub first_round_ns: Option<u16>,
+    /// Nanoseconds of tern's longest PAUSE round (default: tern's default).
+    #[arg(long, value_name = "NS")]
+    pub max_round_ns: Option<u16>,
     /// Time one acquisition in this many (0: none).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub sample_every: u64,
@@ -85,7 +86,7 @@ impl LatchArgs {
         if self.mode.is_empty() {
             return Err("--mode must name at least one mode".into());
         }
-        let config = self.spin_config(SpinPolicy::Pause);
+        let config = self.spin_config(SpinConfig::DEFAULT.policy);
         config.validate().map_err(|e| e.to_string())
     }
 
@@ -93,9 +94,9 @@ impl LatchArgs {
         let d = SpinConfig::DEFAULT;
         SpinConfig {
             policy,
-            spin_rounds: self.spin_rounds.unwrap_or(d.spin_rounds),
-            first_pauses: self.first_pauses.unwrap_or(d.first_pauses),
-            max_pauses: self.max_pauses.unwrap_or(d.max_pauses),
+            spin_ns: self.spin_ns.unwrap_or(d.spin_ns),
+            first_round_ns: self.first_round_ns.unwrap_or(d.first_round_ns),
+            max_round_ns: self.max_round_ns.unwrap_or(d.max_round_ns),
         }
     }
 
@@ -265,13 +266,14 @@ fn measure_shared(latch: impl SharedLatch, threads: usize, common: &Common, load
     run_threads(threads, common.duration(), |i, ctl| shared_thread(&**latch, load, i as u64 + 1, ctl))
 }
 
-/// Adds tern's latch counters for the run, per operation, to the sample.
+/// Adds tern's latch counters for the run, per operation (four significant digits: contention
+/// in a saturated latch is often below one in a thousand), to the sample.
 fn with_counters(class: LatchClass, run: impl FnOnce() -> Option<Sample>) -> Option<Sample> {
     let before = class_stats(class);
     let mut sample = run()?;
     let d: LatchStats = class_stats(class).since(&before);
     let ops = sample.ops().max(1) as f64;
-    let per_op = |x: u64| round3(x as f64 / ops);
+    let per_op = |x: u64| json!(format!("{:.3e}", x as f64 / ops).parse::<f64>().unwrap_or(0.0));
     sample.extra.insert("contended_per_op".into(), per_op(d.contended));
     sample.extra.insert("spin_rounds_per_op".into(), per_op(d.spin_rounds));
     sample.extra.insert("parks_per_op".into(), per_op(d.parks));
@@ -327,7 +329,7 @@ fn exclusive_variants<'a>(
 
 fn shared_variants<'a>(args: &'a LatchArgs, class: LatchClass, threads: usize, load: Load) -> Vec<(String, RunFn<'a>)> {
     let common = &args.common;
-    let config = args.spin_config(SpinPolicy::Pause);
+    let config = args.spin_config(SpinConfig::DEFAULT.policy);
     let tern = move |bias: bool| -> RunFn<'a> {
         Box::new(move || {
             class.set_config(config).expect("validated");
@@ -400,14 +402,21 @@ pub fn run(args: &LatchArgs) -> Result<(), String> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let c = tern::sync::calibration();
+    let config = args.spin_config(SpinConfig::DEFAULT.policy);
+    // The fastest of 5, as the calibration: a preempted run says nothing about PAUSE.
+    let budget_took = (0..5).map(|_| c.time_round(u64::from(config.spin_ns))).fold(f64::INFINITY, f64::min);
     let title = format!(
-        "{title}\ncalibration: {}; PAUSE {:.1} ns, park/unpark round trip {:.1} us; the default spin schedule ({} \
-         rounds) spins {:.1} us before parking",
+        "{title}\ncalibration: {} ({} CPUs); PAUSE {:.1} ns, park/unpark round trip {:.1} us; spin budget {:.1} us \
+         = {} PAUSEs here (took {:.1} us), first round {} ns = {} PAUSEs",
         c.cpu_model,
+        c.cpus,
         c.pause_ns,
         c.park_round_trip_ns / 1000.0,
-        SpinConfig::DEFAULT.spin_rounds,
-        c.schedule_ns(SpinConfig::DEFAULT) / 1000.0
+        f64::from(config.spin_ns) / 1000.0,
+        c.pauses_in(u64::from(config.spin_ns)),
+        budget_took / 1000.0,
+        config.first_round_ns,
+        c.pauses_in(u64::from(config.first_round_ns)),
     );
     emit(&records, args.common.json, &title, &key_ratios(&records));
     Ok(())
@@ -442,19 +451,30 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
             notes.push(format!("  {label:<58} {v:.2}x"));
         }
     };
+    let default = format!("tern-{}", SpinConfig::DEFAULT.policy.name());
     line(
-        "tern-pause / parking_lot, 1 thread (uncontended)".into(),
-        find("exclusive", "tern-pause", 1, None).and_then(|r| r.vs_baseline),
+        format!("{default} (default) / parking_lot, 1 thread (uncontended)"),
+        find("exclusive", &default, 1, None).and_then(|r| r.vs_baseline),
     );
     for t in [8, 16] {
         line(
-            format!("tern-pause / parking_lot, {t} threads"),
-            find("exclusive", "tern-pause", t, None).and_then(|r| r.vs_baseline),
+            format!("{default} (default) / parking_lot, {t} threads"),
+            find("exclusive", &default, t, None).and_then(|r| r.vs_baseline),
         );
-        let ratio = find("exclusive", "tern-pause", t, None)
-            .zip(find("exclusive", "tern-yield", t, None))
-            .map(|(p, y)| p.ops_per_sec / y.ops_per_sec);
-        line(format!("tern-pause / tern-yield, {t} threads (medians)"), ratio);
+        let best_fixed = SpinPolicy::ALL
+            .into_iter()
+            .filter(|&p| p != SpinConfig::DEFAULT.policy)
+            .filter_map(|p| find("exclusive", &format!("tern-{}", p.name()), t, None))
+            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        let ratio = find("exclusive", &default, t, None).zip(best_fixed).map(|(d, b)| {
+            (
+                format!("{default} / {} (best other tern policy), {t} threads (medians)", b.variant),
+                d.ops_per_sec / b.ops_per_sec,
+            )
+        });
+        if let Some((label, r)) = ratio {
+            line(label, Some(r));
+        }
     }
     line(
         "RwLatch read-only, 2 threads / 1 thread".into(),

@@ -16,7 +16,7 @@ const ON_DISK: u64 = 42;
 /// would make the model's schedules differ between its executions.
 fn class() -> LatchClass {
     let class = LatchClass::register("loom.buffer.page").unwrap();
-    class.set_config(SpinConfig { policy: SpinPolicy::Pause, spin_rounds: 2, first_pauses: 1, max_pauses: 1 }).unwrap();
+    class.set_config(SpinConfig { policy: SpinPolicy::Pause, spin_ns: 2, first_round_ns: 1, max_round_ns: 1 }).unwrap();
     class
 }
 

@@ -38,7 +38,7 @@ fn manager_config(deadlock: DeadlockPolicy) -> LockConfig {
     for name in ["lock.partition", "lock.registry", "lock.detector", "lock.waiting", "default"] {
         let class = LatchClass::register(name).unwrap();
         class
-            .set_config(SpinConfig { policy: SpinPolicy::Park, spin_rounds: 1, first_pauses: 1, max_pauses: 1 })
+            .set_config(SpinConfig { policy: SpinPolicy::Park, spin_ns: 1, first_round_ns: 1, max_round_ns: 1 })
             .unwrap();
     }
     LockConfig { partitions: 1, fast_shared: false, deadlock, ..LockConfig::default() }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 fn class(name: &'static str, policy: SpinPolicy) -> LatchClass {
     let class = LatchClass::register(name).unwrap();
     // Two short spin rounds keep the model small but still cover spin-then-park.
-    class.set_config(SpinConfig { policy, spin_rounds: 2, first_pauses: 1, max_pauses: 1 }).unwrap();
+    class.set_config(SpinConfig { policy, spin_ns: 2, first_round_ns: 1, max_round_ns: 1 }).unwrap();
     class
 }
 

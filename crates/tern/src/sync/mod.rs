@@ -41,7 +41,6 @@
 
 pub(crate) mod aligned;
 pub mod asymmetric;
-#[cfg(not(loom))]
 mod calibrate;
 mod class;
 pub(crate) mod counters;

@@ -16,8 +16,10 @@
 //!   only cleared `LOCKED`, so the awake owner sees the latch free on its next look. Hence:
 //!   `AWAKE` set implies a waiter that will look at the latch again before it sleeps (the idea
 //!   of the `mutexWoken` bit of Go's `sync.Mutex`).
-//! * With sleepers queued, only the `AWAKE` owner spins; other newcomers park at once. Spinning
-//!   beside a queue would only steal the owner's cache line and the sleepers' turn.
+//! * With sleepers queued, only the `AWAKE` owner spins PAUSE rounds; other newcomers park at
+//!   once, or yield first if their policy's next round is a `sched_yield`. PAUSE-spinning
+//!   beside a queue would only steal the owner's cache line and the sleepers' turn; a yield
+//!   touches neither, and gives the CPU to a runnable thread (perhaps the holder).
 //!
 //! Spinning waiters may overtake sleepers ("barging"): it keeps the latch busy while a woken
 //! thread is still being scheduled. To bound unfairness, about every 0.5 ms per latch the
@@ -128,7 +130,7 @@ impl RawMutex {
                 }
                 continue;
             }
-            if (awake || s & PARKED == 0) && wait.spin() {
+            if (awake || s & PARKED == 0 || wait.yielding()) && wait.spin() {
                 s = self.state.load(Relaxed);
                 continue;
             }

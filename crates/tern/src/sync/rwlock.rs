@@ -143,6 +143,9 @@ impl RawRwLock {
     fn write_slow(&self, class: LatchClass) {
         let mut wait = Wait::new(class);
         self.take_writer_bit(&mut wait);
+        // From here this thread holds the writer bit, which keeps new readers out: it must not
+        // give its CPU away while the readers inside finish.
+        wait.holding();
         self.drain_readers(&mut wait);
         wait.done();
     }
