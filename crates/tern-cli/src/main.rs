@@ -4,6 +4,12 @@ mod backup;
 mod bench;
 mod check;
 mod compact;
+mod dump;
+mod dumpfile;
+mod kv;
+mod load;
+mod opendb;
+mod stat;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +34,22 @@ enum Command {
     /// Rewrite a database directory (not open elsewhere) densely: the log is folded into a new
     /// checkpoint and deleted.
     Compact(compact::CompactCmd),
+    /// Tables with their records and sizes, pages used and free, checkpoint, log and cache.
+    Stat(stat::StatCmd),
+    /// Write tables as a text dump in the format of db_dump and mdb_dump (one section per
+    /// table), for `tern load`, `db_load` or `mdb_load`.
+    Dump(dump::DumpCmd),
+    /// Load a text dump made by `tern dump`, `db_dump` or `mdb_dump` (every section into the
+    /// table its `database=` line names); creates the database if needed.
+    Load(load::LoadCmd),
+    /// Print the values of keys.
+    Get(kv::GetCmd),
+    /// Write keys and values, in one transaction.
+    Put(kv::PutCmd),
+    /// Delete keys, in one transaction.
+    Delete(kv::DeleteCmd),
+    /// Print entries in key order (or reverse) within an optional range.
+    Scan(kv::ScanCmd),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +59,13 @@ fn main() -> ExitCode {
         Command::Check(cmd) => check::run(cmd),
         Command::Backup(cmd) => backup::run(cmd),
         Command::Compact(cmd) => compact::run(cmd),
+        Command::Stat(cmd) => stat::run(cmd),
+        Command::Dump(cmd) => dump::run(cmd),
+        Command::Load(cmd) => load::run(cmd),
+        Command::Get(cmd) => kv::get(cmd),
+        Command::Put(cmd) => kv::put(cmd),
+        Command::Delete(cmd) => kv::delete(cmd),
+        Command::Scan(cmd) => kv::scan(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,42 @@
+//! Opening a database for the operations commands, with messages that say what to do.
+
+use std::path::Path;
+use tern::{Db, Options};
+
+/// Whether the command may create a database that does not exist yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    /// `tern load`: a missing directory, or an empty one, becomes a new database.
+    IfMissing,
+    /// Every other command: the directory must hold a database.
+    No,
+}
+
+/// Opens the database at `path` with default options.
+pub fn open(path: &Path, create: Create) -> Result<Db, String> {
+    let shown = path.display();
+    let exists = path.is_dir() && tern::recovery::is_database(path).map_err(|e| format!("{shown}: {e}"))?;
+    if !exists && create == Create::No {
+        return Err(format!("{shown} is not a database directory"));
+    }
+    Db::open(path, Options::default()).map_err(|e| match e {
+        tern::Error::Locked { .. } => format!("{shown}: {e} (another process has it open: close it first)"),
+        e => format!("{shown}: {e}"),
+    })
+}
+
+/// Closes `db`, reporting a failure to write its final checkpoint.
+pub fn close(db: Db, path: &Path) -> Result<(), String> {
+    db.close().map_err(|e| format!("{}: closing: {e}", path.display()))
+}
+
+/// A progress spinner on standard error, drawn only when it is a terminal.
+pub fn progress(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {human_pos} entries ({per_sec}, {elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
