@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 /* Point reads through the C interface: the same database, keys and loop as point_reads.rs
- * (scripts/capi-bench.sh builds and runs both). Usage: point_reads DIR RECORDS READS. */
+ * (scripts/bindings-bench.sh builds and runs both). Usage: point_reads DIR RECORDS READS. */
 #include "tern.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-//! Point reads through the Rust API: the baseline `scripts/capi-bench.sh` compares the C
+//! Point reads through the Rust API: the baseline `scripts/bindings-bench.sh` compares the C
 //! interface with (same database, keys and loop as `point_reads.c`).
 //!
 //! Usage: `point_reads DIR RECORDS READS`. Loads RECORDS keys (8-byte big-endian integers,

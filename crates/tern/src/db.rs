@@ -922,30 +922,43 @@ pub struct TxnStats {
 /// Version and garbage-collection counters.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct GcStats {
+    /// Collection passes run (by committing writers and by `Db::gc`).
     pub passes: u64,
+    /// Versions created by writes (each write of a key adds one).
     pub versions_created: u64,
+    /// Versions unlinked because no running snapshot could see them any more.
     pub versions_pruned: u64,
+    /// Versions folded back into a plain value in the leaf (the chain ended).
     pub versions_folded: u64,
+    /// Versions of aborted transactions, removed.
     pub versions_aborted: u64,
     /// Versions allocated now (created minus freed or about to be freed).
     pub versions_live: u64,
+    /// Keys queued for collection now.
     pub queued_keys: usize,
 }
 
 /// One table's counters.
 #[derive(Clone, Debug, Serialize)]
 pub struct TableStats {
+    /// The table's name (`""`: the default table).
     pub name: String,
+    /// Its B+tree's counters and page count.
     pub tree: TreeStats,
 }
 
 /// Counters of every component of one database, and of the process's latch classes.
 #[derive(Clone, Debug, Serialize)]
 pub struct DbStats {
+    /// Transactions committed, aborted, refused.
     pub txn: TxnStats,
+    /// Versions and their collection.
     pub gc: GcStats,
+    /// The lock manager.
     pub locks: LockStats,
+    /// Every table, the default table first.
     pub tables: Vec<TableStats>,
+    /// Every latch class of the process (counters are per process, not per database).
     pub latches: Vec<LatchStats>,
     /// The write-ahead log (`None` for a database in memory).
     pub wal: Option<WalStats>,

@@ -24,6 +24,8 @@
 //!
 //! Errors from every component are one type, [`Error`].
 
+#![warn(missing_docs)]
+
 pub mod backup;
 pub mod btree;
 pub mod buffer;

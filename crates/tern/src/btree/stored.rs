@@ -1,11 +1,11 @@
 //! What a leaf slot stores for the transaction layer: a plain value, or a version chain.
 //!
-//! A slot flagged [`FLAG_CHAIN`] holds the 8-byte id of a version chain that the transaction
+//! A slot flagged `FLAG_CHAIN` holds the 8-byte id of a version chain that the transaction
 //! layer owns (`txn::chains`: an id, not an address, so that a page can be written to disk as it
 //! is). The tree never interprets it: readers hand it to a [`Resolve`] after validating the leaf
 //! they read it from (so the id was in the tree while their epoch guard was pinned, and its
 //! chain is still there); writers change a slot between plain value, chain and nothing with
-//! [`BTree::update_chain`], under the leaf's exclusive latch.
+//! `BTree::update_chain`, under the leaf's exclusive latch.
 
 use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::tree::{Abort, BTree, Room};

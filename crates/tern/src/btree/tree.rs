@@ -952,7 +952,9 @@ impl BTree {
 pub struct TreeShape {
     /// Levels, leaves included.
     pub height: usize,
+    /// Leaf nodes.
     pub leaves: usize,
+    /// Inner nodes (the root included when the tree has more than one level).
     pub inner: usize,
     /// Keys in the leaves.
     pub keys: usize,

@@ -143,7 +143,9 @@ pub struct BufferStats {
     pub io_errors: u64,
     /// Page read latency percentiles, in microseconds (bucketed: within 1/8).
     pub read_p50_us: f64,
+    /// The 99th percentile, as `read_p50_us`.
     pub read_p99_us: f64,
+    /// The 99.9th percentile, as `read_p50_us`.
     pub read_p999_us: f64,
 }
 

@@ -8,7 +8,7 @@
 //! it into a new page file, and the next checkpoint is a page checkpoint.
 //!
 //! Both read a snapshot `S` taken while the log's appends are held off for an instant (see
-//! [`crate::wal::Wal::fence`], which also gives the log position `L`): readers and writers go
+//! `crate::wal::Wal::fence`, which also gives the log position `L`): readers and writers go
 //! on meanwhile. The file is written as `checkpoint-<seq>.tmp`, synced, renamed, the directory
 //! synced; only then are older checkpoints and the log files wholly before `L` deleted.
 //!

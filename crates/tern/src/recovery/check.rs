@@ -38,6 +38,7 @@ pub struct CheckReport {
     /// Pages allocated after recovery, and of those, pages the tables hold (equal: no page is
     /// lost to no table, none is counted twice).
     pub pages_live: u64,
+    /// Of `pages_live`, the pages the tables hold (see `pages_live`).
     pub pages_in_tables: u64,
 }
 

@@ -3,8 +3,8 @@
 //! Dekker-style protocols (announce, then check) need a full fence between one side's store and
 //! its following load. When one side runs millions of times per second (a transaction's begin)
 //! and the other rarely (a garbage collector's scan), the fence can be moved: the hot side
-//! issues only a compiler barrier ([`light`]), and the rare side forces a full barrier on every
-//! thread of the process ([`heavy`], Linux `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, as
+//! issues only a compiler barrier (`light`), and the rare side forces a full barrier on every
+//! thread of the process (`heavy`, Linux `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, as
 //! userspace RCU does). Then of a hot side's "store X; light(); load Y" and a rare side's
 //! "load-or-store Y; heavy(); load X", either the rare side sees X, or the hot side's load of Y
 //! comes after everything the rare side did before `heavy`.

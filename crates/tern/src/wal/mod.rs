@@ -12,7 +12,7 @@
 //! # Invariants
 //! 1. Log order is timestamp order: commit timestamps are drawn under the append latch, in the
 //!    order records enter the buffer. So a checkpoint at snapshot `S` that noted the log's end `L`
-//!    while holding the latch ([`Wal::fence`]) has every commit above `S` at or after `L`.
+//!    while holding the latch (`Wal::fence`) has every commit above `S` at or after `L`.
 //! 2. The log on disk is a prefix of the log in memory (written in order, never rewritten); a
 //!    commit that read another's writes logs after it, so its durability implies theirs.
 //! 3. `durable <= written <= end`, all log sequence numbers (LSNs: byte positions in the
@@ -28,7 +28,7 @@
 //!    under the name `wal-<seq>.tmp` and renamed into place, so a crash between creating the
 //!    file and writing its header leaves a `.tmp` leftover (removed at open), never a log file
 //!    without a header.
-//! 7. The newest file is allocated up to [`PREALLOCATE`] ahead of its writes (zeros), so that
+//! 7. The newest file is allocated up to `PREALLOCATE` ahead of its writes (zeros), so that
 //!    a sync changes no file size; the zeros are cut, and the cut synced, before the next file
 //!    is created and at a clean close. So only the newest file can end in zeros, and the
 //!    reader takes zeros after its last record as the end of the log, not as damage.

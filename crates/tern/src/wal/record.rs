@@ -9,15 +9,15 @@
 //! * commit: `1 | ts: u64 | ops: u32 | op*`, an op being `table: u32 | put: u8 | klen: u32 | key`
 //!   followed, for a put, by `vlen: u32 | value`;
 //! * commit part: `3 | ts: u64 | ops: u32 | op*`: a commit too large for one record is written
-//!   as parts of about [`PART_BYTES`] each, then a commit record with the same timestamp that
+//!   as parts of about `PART_BYTES` each, then a commit record with the same timestamp that
 //!   carries the last ops. The parts and their commit are appended together (one hold of the
 //!   append latch), so they are consecutive in one file; a reader applies them together, once
 //!   it has the commit record, and treats parts without it at the log's end as a torn tail;
 //! * table created: `2 | ts: u64 | id: u32 | nlen: u32 | name`.
 //!
 //! # Sizes
-//! A payload is at most [`MAX_PAYLOAD`] (2 GiB) bytes, so its length fits the frame's `u32`.
-//! Writers keep under it by construction: a commit part closes once it holds [`PART_BYTES`]
+//! A payload is at most `MAX_PAYLOAD` (2 GiB) bytes, so its length fits the frame's `u32`.
+//! Writers keep under it by construction: a commit part closes once it holds `PART_BYTES`
 //! (64 MiB), and one op is at most a key (an eighth of a 64 KiB page) and a value
 //! ([`MAX_VALUE`](crate::btree::MAX_VALUE), 1 GiB) with 13 bytes of lengths, so no part (and no
 //! checkpoint block, which closes at 256 KiB) exceeds `64 MiB + 1 GiB + 8 KiB + 13`. A
@@ -69,7 +69,7 @@ pub enum Record<'a> {
         ops: Vec<Op<'a>>,
     },
     /// A prefix of the ops of the commit with the same timestamp, which follows it (a commit
-    /// too large for one record). [`scan`](super::reader) hands out whole commits only.
+    /// too large for one record). `reader::scan` hands out whole commits only.
     Part {
         /// The commit's timestamp.
         ts: u64,
