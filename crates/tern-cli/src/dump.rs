@@ -31,10 +31,7 @@ pub struct DumpCmd {
 
 /// Dumps each table from one read transaction, so the dump is a consistent snapshot.
 pub fn run(cmd: DumpCmd) -> Result<(), String> {
-    let db = opendb::open(&cmd.path, Create::No)?;
-    let result = dump(&db, &cmd);
-    let closed = opendb::close(db, &cmd.path);
-    result.and(closed)
+    opendb::with(&cmd.path, Create::No, |db| dump(db, &cmd))
 }
 
 fn dump(db: &tern::Db, cmd: &DumpCmd) -> Result<(), String> {

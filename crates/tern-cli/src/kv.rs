@@ -133,8 +133,7 @@ pub fn encode(bytes: &[u8], hex: bool) -> String {
 pub fn get(cmd: GetCmd) -> Result<(), String> {
     let t = &cmd.target;
     let keys: Vec<Vec<u8>> = cmd.keys.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
-    let db = opendb::open(&t.path, Create::No)?;
-    let result = (|| {
+    opendb::with(&t.path, Create::No, |db| {
         let txn = db.begin_read().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         let mut missing = Vec::new();
@@ -149,9 +148,7 @@ pub fn get(cmd: GetCmd) -> Result<(), String> {
         } else {
             Err(format!("not found: {}", missing.join(" ")))
         }
-    })();
-    let closed = opendb::close(db, &t.path);
-    result.and(closed)
+    })
 }
 
 /// `tern put`: writes every pair in one transaction.
@@ -161,8 +158,7 @@ pub fn put(cmd: PutCmd) -> Result<(), String> {
         return Err(format!("put takes KEY VALUE pairs; {} arguments were given", cmd.pairs.len()));
     }
     let pairs: Vec<Vec<u8>> = cmd.pairs.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
-    let db = opendb::open(&t.path, Create::No)?;
-    let result = (|| {
+    opendb::with(&t.path, Create::No, |db| {
         let mut txn = db.begin().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         for pair in pairs.chunks_exact(2) {
@@ -171,17 +167,14 @@ pub fn put(cmd: PutCmd) -> Result<(), String> {
         txn.commit().map_err(|e| format!("committing: {e}"))?;
         println!("put {} entries", pairs.len() / 2);
         Ok(())
-    })();
-    let closed = opendb::close(db, &t.path);
-    result.and(closed)
+    })
 }
 
 /// `tern delete`: deletes every key in one transaction; keys that were not there are named.
 pub fn delete(cmd: DeleteCmd) -> Result<(), String> {
     let t = &cmd.target;
     let keys: Vec<Vec<u8>> = cmd.keys.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
-    let db = opendb::open(&t.path, Create::No)?;
-    let result = (|| {
+    opendb::with(&t.path, Create::No, |db| {
         let mut txn = db.begin().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         let mut missing = Vec::new();
@@ -198,9 +191,7 @@ pub fn delete(cmd: DeleteCmd) -> Result<(), String> {
             println!("deleted {deleted} entries; not found: {}", missing.join(" "));
         }
         Ok(())
-    })();
-    let closed = opendb::close(db, &t.path);
-    result.and(closed)
+    })
 }
 
 /// `tern scan`: prints entries in key order (or reverse), `KEY VALUE` per line separated by a
@@ -209,8 +200,7 @@ pub fn scan(cmd: ScanCmd) -> Result<(), String> {
     let t = &cmd.target;
     let from = cmd.from.as_deref().map(|k| decode(k, t.hex)).transpose()?;
     let to = cmd.to.as_deref().map(|k| decode(k, t.hex)).transpose()?;
-    let db = opendb::open(&t.path, Create::No)?;
-    let result = (|| {
+    opendb::with(&t.path, Create::No, |db| {
         let txn = db.begin_read().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         let start = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
@@ -231,9 +221,7 @@ pub fn scan(cmd: ScanCmd) -> Result<(), String> {
             entry = if cmd.reverse { cursor.prev() } else { cursor.next() }.map_err(|e| e.to_string())?;
         }
         std::io::Write::flush(&mut out).map_err(|e| e.to_string())
-    })();
-    let closed = opendb::close(db, &t.path);
-    result.and(closed)
+    })
 }
 
 #[cfg(test)]

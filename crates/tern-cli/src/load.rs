@@ -59,12 +59,11 @@ pub fn run(cmd: LoadCmd) -> Result<(), String> {
         )),
         None => Box::new(BufReader::with_capacity(1 << 20, std::io::stdin().lock())),
     };
-    let db = opendb::open(&cmd.path, Create::IfMissing)?;
     let mut done = Loaded::default();
-    let result = load(&db, &cmd, input, &mut done);
-    let closed = opendb::close(db, &cmd.path);
-    result.map_err(|e| format!("{e} ({} entries loaded before it, in committed batches)", done.entries))?;
-    closed?;
+    opendb::with(&cmd.path, Create::IfMissing, |db| {
+        load(db, &cmd, input, &mut done)
+            .map_err(|e| format!("{e} ({} entries loaded before it, in committed batches)", done.entries))
+    })?;
     done.millis = started.elapsed().as_millis() as u64;
     if cmd.json {
         println!("{}", serde_json::to_string(&done).map_err(|e| e.to_string())?);

@@ -58,11 +58,7 @@ struct Report {
 /// Opens the database (replaying its log, as any open does), counts each table in one read
 /// transaction, and reports.
 pub fn run(cmd: StatCmd) -> Result<(), String> {
-    let db = opendb::open(&cmd.path, Create::No)?;
-    let report = report(&db, &cmd);
-    let closed = opendb::close(db, &cmd.path);
-    let report = report?;
-    closed?;
+    let report = opendb::with(&cmd.path, Create::No, |db| report(db, &cmd))?;
     if cmd.json {
         println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
     } else {

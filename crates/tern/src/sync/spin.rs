@@ -236,6 +236,16 @@ std::thread_local! {
     static LEARNED: [Cell<Learned>; MAX_CLASSES] = const { [const { Cell::new(Learned::FRESH) }; MAX_CLASSES] };
 }
 
+/// A PAUSE phase's budget: `ns`, or none with one CPU (the holder cannot run while a waiter
+/// spins on it, so PAUSE never pays).
+fn pause_budget(costs: &WaitCosts, ns: u32) -> u64 {
+    if costs.cpus <= 1 {
+        0
+    } else {
+        u64::from(ns)
+    }
+}
+
 /// The two ways of spinning a wait goes through before it parks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -256,8 +266,8 @@ pub(crate) struct Wait {
     config: SpinConfig,
     costs: &'static WaitCosts,
     /// Nanoseconds this wait may spend in each phase before each park.
-    pause_limit: u32,
-    yield_limit: u32,
+    pause_limit: u64,
+    yield_limit: u64,
     /// An `Adaptive` wait allowed both phases in full, whose outcome updates [`LEARNED`].
     explore: bool,
     /// Set by [`Wait::holding`]: fixed budgets, nothing learned.
@@ -319,19 +329,17 @@ impl Wait {
                 (pause, by_wins(yield_full, learned.yield_wins))
             }),
         };
-        // With one CPU the holder cannot run while a waiter spins on it: PAUSE never pays.
-        let pause_limit = if costs.cpus <= 1 { 0 } else { pause_limit };
-        let phase = if pause_limit == 0 && yield_limit > 0 { Phase::Yield } else { Phase::Pause };
-        Wait {
+        let mut wait = Wait {
             class,
             config,
             costs,
-            pause_limit,
-            yield_limit,
+            pause_limit: pause_budget(costs, pause_limit),
+            // `Yield` never parks: no count of yields reaches this.
+            yield_limit: if yield_limit == u32::MAX { u64::MAX } else { u64::from(yield_limit) },
             explore,
             held: false,
             probe: explore,
-            phase,
+            phase: Phase::Pause,
             round: 0,
             phase_ns: 0,
             phase_start: start,
@@ -340,6 +348,17 @@ impl Wait {
             start,
             last: start,
             rng: start | 1,
+        };
+        wait.phase = wait.first_phase();
+        wait
+    }
+
+    /// The phase a wait starts in, and starts again in after a wake-up.
+    fn first_phase(&self) -> Phase {
+        if self.pause_limit == 0 && self.yield_limit > 0 {
+            Phase::Yield
+        } else {
+            Phase::Pause
         }
     }
 
@@ -363,10 +382,10 @@ impl Wait {
     }
 
     fn limit(&self, phase: Phase) -> u64 {
-        u64::from(match phase {
+        match phase {
             Phase::Pause => self.pause_limit,
             Phase::Yield => self.yield_limit,
-        })
+        }
     }
 
     /// Whether the policy would spin another round now (without spinning).
@@ -389,12 +408,12 @@ impl Wait {
         self.held = true;
         self.explore = false;
         self.probe = false;
-        self.pause_limit = if self.costs.cpus <= 1 { 0 } else { self.config.spin_ns };
-        self.yield_limit = self.config.spin_ns;
+        self.pause_limit = pause_budget(self.costs, self.config.spin_ns);
+        self.yield_limit = u64::from(self.config.spin_ns);
         self.round = 0;
         self.phase_ns = 0;
         self.phase_start = self.last;
-        self.phase = if self.pause_limit == 0 && self.yield_limit > 0 { Phase::Yield } else { Phase::Pause };
+        self.phase = self.first_phase();
     }
 
     /// Whether the next round would be a `sched_yield` (the yield phase, or a probe), which
@@ -476,7 +495,7 @@ impl Wait {
             self.phase_ns = 0;
             self.last = ticks();
             self.phase_start = self.last;
-            self.phase = if self.pause_limit == 0 && self.yield_limit > 0 { Phase::Yield } else { Phase::Pause };
+            self.phase = self.first_phase();
         }
         token
     }
@@ -500,7 +519,7 @@ impl Wait {
             if self.explore {
                 let wins = |won: bool| if won { SUCCESS_ONE } else { 0 };
                 // A crowded exploring wait skips the PAUSE phase: it says nothing about it.
-                if self.pause_limit == self.config.spin_ns {
+                if self.pause_limit == u64::from(self.config.spin_ns) {
                     learned.pause_wins = ema(u32::from(learned.pause_wins), wins(won_pausing)) as u16;
                 }
                 if !won_pausing && (self.phase == Phase::Yield || self.parks > 0) {
