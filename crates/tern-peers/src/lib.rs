@@ -126,6 +126,11 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
     transaction(s, |s| items.iter().try_for_each(|(k, v)| s.txn_put(k, v)))
 }
 
+/// tern's A/B variants, opened by name beside the engines (never in a default list):
+/// `tern-written`, tern with its log written by a group-commit leader's `write` instead of
+/// copied into mapped log files (`WalConfig::mapped` off).
+pub const TERN_VARIANTS: [&str; 1] = ["tern-written"];
+
 /// The engines this build can open, tern first.
 pub fn available() -> Vec<&'static str> {
     let mut names = vec!["tern"];
@@ -274,6 +279,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
     }
     match name {
         "tern" => Ok(Box::new(TernEngine::open_with(&options)?)),
+        "tern-written" => Ok(Box::new(TernEngine::open_variant(&options, false)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]
@@ -284,7 +290,9 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
                  `scripts/install-peers.sh`)"
             )))
         }
-        _ => Err(PeerError::Failed(format!("unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb)"))),
+        _ => Err(PeerError::Failed(format!(
+            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written)"
+        ))),
     }
 }
 

@@ -18,6 +18,8 @@ pub struct TernEngine {
     durability: Durability,
     /// Whether the run named the cache (`--cache`) rather than taking tern's default.
     cache_given: bool,
+    /// `WalConfig::mapped` (off: the `tern-written` variant).
+    mapped: bool,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -32,6 +34,12 @@ impl TernEngine {
     /// the log's default file and checkpoint sizes and no checkpoint on close (the directory
     /// is thrown away).
     pub fn open_with(options: &OpenOptions) -> Result<TernEngine> {
+        TernEngine::open_variant(options, true)
+    }
+
+    /// As [`TernEngine::open_with`], with log files mapped or not (`WalConfig::mapped`; the
+    /// engine is named `tern-written` without).
+    pub fn open_variant(options: &OpenOptions, mapped: bool) -> Result<TernEngine> {
         let mut base = Options {
             cache_bytes: options.cache_bytes.unwrap_or_else(Options::default_cache_bytes),
             ..Options::default()
@@ -43,16 +51,16 @@ impl TernEngine {
         let durability = match options.durability {
             Durability::None => {
                 let db = Db::open_temporary(base).map_err(failed)?;
-                return Ok(TernEngine { db, durability: Durability::None, cache_given, dir: None });
+                return Ok(TernEngine { db, durability: Durability::None, cache_given, mapped, dir: None });
             }
             Durability::Sync => tern::Durability::Sync,
             Durability::NoSync => tern::Durability::NoSync,
             Durability::Periodic(every) => tern::Durability::Periodic(every),
         };
         let dir = options.data_dir("tern")?;
-        let wal = WalConfig { durability, checkpoint_on_close: false, ..WalConfig::default() };
+        let wal = WalConfig { durability, checkpoint_on_close: false, mapped, ..WalConfig::default() };
         let db = Db::open(dir.path(), Options { wal, ..base }).map_err(failed)?;
-        Ok(TernEngine { db, durability: options.durability, cache_given, dir: Some(dir) })
+        Ok(TernEngine { db, durability: options.durability, cache_given, mapped, dir: Some(dir) })
     }
 
     /// The database, for checks.
@@ -70,7 +78,11 @@ fn failed(e: Error) -> PeerError {
 
 impl Engine for TernEngine {
     fn name(&self) -> &'static str {
-        "tern"
+        if self.mapped {
+            "tern"
+        } else {
+            "tern-written"
+        }
     }
 
     fn config(&self) -> String {
@@ -91,8 +103,9 @@ impl Engine for TernEngine {
                     ),
                     Durability::None => unreachable!("matched above"),
                 };
+                let files = if o.wal.mapped { "mapped" } else { "written by a leader's write(2)" };
                 format!(
-                    "log {how}, Db::open in {}, {} MiB log files, checkpoint every {} MiB of log",
+                    "log {how}, Db::open in {}, {} MiB log files ({files}), checkpoint every {} MiB of log",
                     dir.path().display(),
                     o.wal.file_bytes >> 20,
                     o.wal.checkpoint_bytes >> 20

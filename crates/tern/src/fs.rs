@@ -32,6 +32,149 @@ pub trait FsFile: Send + Debug {
     fn preallocate(&mut self, len: u64) -> io::Result<()>;
     /// Cuts the file to `len` bytes (made durable by the next [`sync`](FsFile::sync)).
     fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// Maps the file's first `len` bytes for writing ([`Mapping`]), or `None` where this file
+    /// system does not map files or cannot allocate their blocks (the caller then writes with
+    /// [`write`](FsFile::write)). Once mapped, the file is written only through the mapping,
+    /// which allocates blocks ahead of its stores ([`Mapping::allocate`]); [`sync`](FsFile::sync)
+    /// makes those stores durable too. The default maps nothing, so a file system that injects
+    /// faults ([`FaultFs`]) sees every byte written.
+    fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
+        let _ = len;
+        Ok(None)
+    }
+}
+
+/// A file's first bytes mapped into memory, shared with the file (`MAP_SHARED`): bytes stored
+/// in [`bytes`](Mapping::bytes) are in the file, in the OS page cache, at once, with no system
+/// call, so a crash of the process keeps them as it keeps a finished `write`; they reach the
+/// disk with the file's next `fdatasync` (on Linux that writes back pages dirtied through a
+/// mapping as well). The log writes its records this way (`wal` module doc). Unmapped on drop.
+///
+/// Only the allocated prefix is reachable ([`allocate`](Mapping::allocate) extends it with
+/// `fallocate`): a store into a block the file system has not allocated could find the disk
+/// full, which a mapping reports as `SIGBUS`, and a store past the file's end is one too.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    /// Bytes allocated from the start (the file is at least this long).
+    allocated: usize,
+    /// A second handle to the file, to allocate through.
+    file: std::fs::File,
+}
+
+// SAFETY: a `Mapping` owns its range of memory like a `Box<[u8]>` owns its bytes: it is only
+// reached through `&mut self` and unmapped once, on drop.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` gives no access to the bytes.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Bytes mapped: the most the file can hold through this mapping.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never: a mapping has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes allocated from the start of the file, reachable through [`bytes`](Mapping::bytes).
+    pub fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// Allocates the file's first `n` bytes (at most [`len`](Mapping::len)), extending it with
+    /// zeros, so that [`bytes`](Mapping::bytes) reaches them.
+    pub fn allocate(&mut self, n: usize) -> io::Result<()> {
+        let n = n.min(self.len);
+        if n > self.allocated {
+            if !allocate(&self.file, n as u64)? {
+                return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+            }
+            self.allocated = n;
+        }
+        Ok(())
+    }
+
+    /// The allocated bytes, to read and write.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr..ptr+len` is a live read-write mapping this value owns (from `map_file`,
+        // unmapped only on drop), and its first `allocated` bytes are allocated blocks within
+        // the file; `&mut self` makes this the only reference to them. The file is one this
+        // process created, which nobody else writes or shortens while it is mapped (the log
+        // cuts it only after dropping the mapping).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.allocated) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range `map_file` mapped, once; no reference to it outlives
+        // `self` (`bytes` borrows `self`).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Maps the first `len` bytes of `file` (open for reading and writing) shared, allocating the
+/// first page; `None` if the file system cannot allocate (`EOPNOTSUPP`) or `len` is 0.
+#[cfg(target_os = "linux")]
+fn map_file(file: &std::fs::File, len: u64) -> io::Result<Option<Mapping>> {
+    use std::os::fd::AsRawFd;
+    let size = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let first = size.min(4096);
+    if size == 0 || !allocate(file, first as u64)? {
+        return Ok(None);
+    }
+    let handle = file.try_clone()?;
+    // SAFETY: a new shared mapping of `size` bytes of a descriptor `file` owns, at an address
+    // the kernel picks; no existing memory is touched. The result is checked below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+    Ok(Some(Mapping { ptr, len: size, allocated: first, file: handle }))
+}
+
+/// Allocates the first `len` bytes of `file` (`fallocate`, extending it, the new bytes reading
+/// as zeros); `Ok(false)` where the file system cannot (`EOPNOTSUPP`, or not Linux).
+fn allocate(file: &std::fs::File, len: u64) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `fallocate` on a descriptor `file` owns; mode 0 allocates and extends; no
+        // memory is passed.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } != 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => Ok(false),
+                _ => Err(e),
+            };
+        }
+        Ok(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, len);
+        Ok(false)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn map_file(_file: &std::fs::File, _len: u64) -> io::Result<Option<Mapping>> {
+    Ok(None)
 }
 
 /// A file read and written at positions (the buffer manager's page file), shared by threads.
@@ -165,27 +308,16 @@ impl FsFile for StdFile {
     }
 
     fn preallocate(&mut self, len: u64) -> io::Result<()> {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-            // SAFETY: `fallocate` on a descriptor this file owns; mode 0 allocates and extends.
-            if unsafe { libc::fallocate(self.0.as_raw_fd(), 0, 0, len) } != 0 {
-                let e = io::Error::last_os_error();
-                // A file system without `fallocate`: appends extend the file as before.
-                return match e.raw_os_error() {
-                    Some(libc::EOPNOTSUPP) => Ok(()),
-                    _ => Err(e),
-                };
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = len;
-        Ok(())
+        // A file system without `fallocate`: appends extend the file as before.
+        allocate(&self.0, len).map(drop)
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
+        map_file(&self.0, len)
     }
 }
 
@@ -206,7 +338,8 @@ impl Fs for StdFs {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
-        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+        // Readable too: a shared writable mapping ([`FsFile::map`]) needs both.
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         Ok(Box::new(StdFile(file)))
     }
 

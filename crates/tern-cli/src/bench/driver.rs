@@ -53,7 +53,9 @@ const DEFAULT_PERIODIC_MS: u64 = 10;
 #[derive(Args, Clone, Debug, Serialize, Deserialize)]
 pub struct DriverArgs {
     /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
-    /// `--features peers`) [default: tern; compare: every engine in this build].
+    /// `--features peers`), and tern's A/B variant tern-written (its log written by a group
+    /// commit leader's write(2), not mapped) [default: tern; compare: every engine in this
+    /// build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),
@@ -250,7 +252,7 @@ impl DriverArgs {
         let names: Vec<String> = self.engine.clone().unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
         let available = tern_peers::available();
         for n in &names {
-            if !available.contains(&n.as_str()) {
+            if !available.contains(&n.as_str()) && !tern_peers::TERN_VARIANTS.contains(&n.as_str()) {
                 let known = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
                 return Err(if known.contains(&n.as_str()) {
                     format!(
@@ -258,7 +260,7 @@ impl DriverArgs {
                          scripts/install-peers.sh), e.g. `cargo run --release --features peers -- bench ...`"
                     )
                 } else {
-                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb)")
+                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written)")
                 });
             }
         }
@@ -1030,7 +1032,8 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         // A peer that measured nothing (its worker died, say) is no best peer.
         let best = at
             .iter()
-            .filter(|r| r.variant != "tern" && r.ops_per_sec > 0.0)
+            // tern's A/B variants (`tern-written`) are no peers.
+            .filter(|r| !r.variant.starts_with("tern") && r.ops_per_sec > 0.0)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
         match (tern, best) {
             (Some(tern), None) => {

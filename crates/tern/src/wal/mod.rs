@@ -2,19 +2,35 @@
 //!
 //! A committing transaction encodes its redo record (table, key, value or tombstone) on its own
 //! thread, then takes the log's append latch just long enough to draw its commit timestamp and
-//! copy the framed record into the log buffer. It then waits, per its [`Durability`], until a
-//! flush covers its record. Flushing is **group commit**: the first waiter that finds no flush
-//! under way becomes the leader, takes everything appended so far, writes it with one `write`
-//! and one `fdatasync`, and wakes the group; the others sleep meanwhile and find themselves
-//! covered. No latch a committer needs is held across I/O: the append latch is released before
-//! any write, and the leader's I/O state is touched by the leader alone.
+//! copy the framed record into the log. It then waits, per its [`Durability`], until its record
+//! is written (to the operating system) or synced.
+//!
+//! **Mapped log files** (the default, [`WalConfig::mapped`]): the current file is mapped shared
+//! ([`Mapping`]) and the record is copied straight into the file's pages in the OS page cache,
+//! under the latch, with no system call; it is then as written as a `write` would make it
+//! (it survives a crash of the process), so a [`Durability::NoSync`] commit returns at once and
+//! never waits for another thread. Blocks are allocated ahead of the copies (`fallocate`, one
+//! call per `PREALLOCATE`), so a full disk is an error, not a fault. **Written log files**
+//! (`mapped` off, or a file system that cannot map, such as the fault-injecting one): records
+//! collect in a buffer and the leader below writes them with one `write`.
+//!
+//! Syncing is **group commit**: the first waiter that finds no flush under way becomes the
+//! leader, takes everything appended so far (written files: writes it with one `write`), makes
+//! it durable with one `fdatasync`, and wakes the group; the others sleep meanwhile and find
+//! themselves covered. No latch a committer needs is held across a write or a sync: the append
+//! latch is released before any, and the leader's I/O state is touched by the leader alone.
+//! The one exception is a mapped file that is full: the appender that finds no room closes it
+//! (a sync, and the cut of its unused end) and starts the next under the latch, once per
+//! [`WalConfig::file_bytes`] of log.
 //!
 //! # Invariants
 //! 1. Log order is timestamp order: commit timestamps are drawn under the append latch, in the
 //!    order records enter the buffer. So a checkpoint at snapshot `S` that noted the log's end `L`
 //!    while holding the latch (`Wal::fence`) has every commit above `S` at or after `L`.
 //! 2. The log on disk is a prefix of the log in memory (written in order, never rewritten); a
-//!    commit that read another's writes logs after it, so its durability implies theirs.
+//!    commit that read another's writes logs after it, so its durability implies theirs. A
+//!    mapped file holds the same prefix: records are copied in order, under the latch, and a
+//!    copy a crash cuts short fails its checksum (a torn tail, never acknowledged).
 //! 3. `durable <= written <= end`, all log sequence numbers (LSNs: byte positions in the
 //!    endless log, file headers not counted), and each only grows.
 //! 4. A failed write or sync is final: the log stops (every later append and wait fails with
@@ -28,15 +44,21 @@
 //!    under the name `wal-<seq>.tmp` and renamed into place, so a crash between creating the
 //!    file and writing its header leaves a `.tmp` leftover (removed at open), never a log file
 //!    without a header.
-//! 7. The newest file is allocated up to `PREALLOCATE` ahead of its writes (zeros), so that
-//!    a sync changes no file size; the zeros are cut, and the cut synced, before the next file
-//!    is created and at a clean close. So only the newest file can end in zeros, and the
-//!    reader takes zeros after its last record as the end of the log, not as damage.
+//! 7. The newest file is allocated up to `PREALLOCATE` ahead of its writes or copies (zeros),
+//!    so that a sync changes no file size (and a mapped store always has a block); the zeros
+//!    are cut, and the cut synced, before the next file is created and at a clean close. So
+//!    only the newest file can end in zeros, and the reader takes zeros after its last record
+//!    as the end of the log, not as damage.
+//! 8. Mapped: `written` is published under the append latch as each record is copied, so
+//!    `written == end` whenever the latch is free, and a `NoSync` waiter finds itself covered
+//!    without taking the group's mutex (`group.rs`). A mapping is dropped before its file is
+//!    cut, and nothing is appended after the log's shutdown (the log stops).
 //!
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
 //! records (see `record.rs`). A file is closed and a new one started once it exceeds the
-//! configured size; files wholly before the newest checkpoint's LSN are deleted (at the
+//! configured size (mapped: once the next record would not fit in it; a record larger than a
+//! file gets a file of its size); files wholly before the newest checkpoint's LSN are deleted (at the
 //! checkpoint, and at open for any a crash left). A checkpoint taken while nothing is being
 //! appended (a clean close, an idle database) first starts a new file at its LSN, so the file
 //! it covers goes too: a clean close leaves one log file with no record. `reader.rs` reads the
@@ -46,7 +68,7 @@ mod group;
 pub(crate) mod reader;
 pub mod record;
 
-use crate::fs::{write_all, Fs, FsFile};
+use crate::fs::{write_all, Fs, FsFile, Mapping};
 use crate::sync::{LatchClass, Mutex};
 use crate::{Error, Result};
 use group::Group;
@@ -94,6 +116,14 @@ pub struct WalConfig {
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
     pub checkpoint_on_close: bool,
+    /// Log files are written through a shared memory mapping (on by default): a commit copies
+    /// its record into the file's pages in the OS page cache under the append latch, with no
+    /// system call, so a [`Durability::NoSync`] commit never waits for a writer and a
+    /// [`Durability::Sync`] flush is one `fdatasync`. Off: records collect in a buffer that a
+    /// group-commit leader writes with one `write` per group. Either way a crash of the
+    /// process keeps every acknowledged commit. A file system that cannot map files or
+    /// allocate their blocks (see [`FsFile::map`](crate::fs::FsFile::map)) gets the writes.
+    pub mapped: bool,
 }
 
 impl Default for WalConfig {
@@ -105,6 +135,7 @@ impl Default for WalConfig {
             checkpoint_interval: None,
             replay_batch_bytes: None,
             checkpoint_on_close: true,
+            mapped: true,
         }
     }
 }
@@ -204,15 +235,25 @@ struct Counters {
     files_removed: AtomicU64,
 }
 
-/// The buffer records enter, under the append latch.
+/// Where records go, under the append latch.
 struct Tail {
+    /// The current file's mapping, if the log is mapped (`WalConfig::mapped`): records are
+    /// copied into it and `buf` stays empty.
+    map: Option<Mapped>,
+    /// The records the next flush writes (unmapped log).
     buf: Vec<u8>,
     /// The LSN just past the buffer's last byte.
     end: u64,
-    /// Records in the buffer.
+    /// Records in the buffer (mapped: records since the last sync).
     records: u64,
     /// Records appended since the database opened.
     appended: u64,
+}
+
+/// The current log file's mapping and the offset its next record goes to.
+struct Mapped {
+    map: Mapping,
+    at: usize,
 }
 
 /// The leader's: the open file and a spare buffer.
@@ -242,6 +283,8 @@ pub(crate) struct Wal {
     /// The LSN where this process's log began.
     opened_at: u64,
     tail: Mutex<Tail>,
+    /// The current log file's sequence number (for error messages without the `io` latch).
+    current_seq: AtomicU64,
     /// Leader election, and how far the log is written and synced.
     group: Group,
     io: StdMutex<Io>,
@@ -274,7 +317,8 @@ impl Wal {
         start: u64,
         checkpoint_lsn: u64,
     ) -> Result<Arc<Wal>> {
-        let file = new_file(&*fs, dir, seq, start)?;
+        let mut file = new_file(&*fs, dir, seq, start)?;
+        let map = if config.mapped { map(&mut *file, seq, map_len(&config, 0))? } else { None };
         files.push((seq, start));
         let wal = Arc::new(Wal {
             dir: dir.to_path_buf(),
@@ -282,9 +326,16 @@ impl Wal {
             config,
             opened_at: start,
             tail: Mutex::with_class(
-                Tail { buf: Vec::with_capacity(BUFFER), end: start, records: 0, appended: 0 },
+                Tail {
+                    buf: if map.is_some() { Vec::new() } else { Vec::with_capacity(BUFFER) },
+                    map,
+                    end: start,
+                    records: 0,
+                    appended: 0,
+                },
                 *APPEND_CLASS,
             ),
+            current_seq: AtomicU64::new(seq),
             group: Group::new(start),
             io: StdMutex::new(Io {
                 file,
@@ -333,13 +384,82 @@ impl Wal {
     pub fn append_commit(&self, payload: &mut Payload, next_ts: impl FnOnce() -> u64) -> Result<(u64, u64)> {
         self.check_writable()?;
         let mut tail = self.tail.lock();
+        if let Some(m) = &tail.map {
+            let need = payload.framed_len();
+            if m.at + need > m.map.len() {
+                drop(tail);
+                tail = self.next_mapped_file(need)?;
+            }
+            if let Some(m) = &mut tail.map {
+                if m.at + need > m.map.allocated() {
+                    // Blocks ahead of the stores (see `Mapping`): a system call per PREALLOCATE.
+                    if let Err(e) = m.map.allocate(m.at + need + self.preallocate() as usize) {
+                        let seq = self.current_seq.load(Relaxed);
+                        let e = io_err(|| format!("allocating log file {}", file_name(seq)))(e);
+                        self.group.stop(e.to_string());
+                        return Err(e);
+                    }
+                }
+            }
+        }
         let ts = next_ts();
         payload.set_ts(ts);
-        let n = payload.frame_into(&mut tail.buf);
-        tail.end += n as u64;
-        tail.records += 1;
-        tail.appended += 1;
-        Ok((ts, tail.end))
+        let t = &mut *tail;
+        let n = match &mut t.map {
+            Some(m) => {
+                let n = payload.frame_to(&mut m.map.bytes()[m.at..]);
+                m.at += n;
+                n
+            }
+            None => payload.frame_into(&mut t.buf),
+        };
+        t.end += n as u64;
+        t.records += 1;
+        t.appended += 1;
+        if t.map.is_some() {
+            // In the file's pages already: as written as a `write` would have made it.
+            self.group.set_written(t.end);
+        }
+        Ok((ts, t.end))
+    }
+
+    /// Starts the next mapped log file, for a record of `need` bytes that does not fit the
+    /// current one; returns the append latch, held, with room for it (or the log unmapped).
+    /// Takes the `io` latch first (the leader's order), so the latch was let go meanwhile:
+    /// another appender may have started the file already.
+    fn next_mapped_file(&self, need: usize) -> Result<crate::sync::MutexGuard<'_, Tail>> {
+        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tail = self.tail.lock();
+        let fits = tail.map.as_ref().is_none_or(|m| m.at + need <= m.map.len());
+        if !fits {
+            let start = tail.end;
+            if let Err(e) = self.rotate_mapped(&mut io, &mut tail, start, need) {
+                self.group.stop(e.to_string());
+                return Err(e);
+            }
+        }
+        Ok(tail)
+    }
+
+    /// Closes the mapped file (all of it synced, its unused end cut: invariants 5 and 7) and
+    /// starts the next at `start`, mapped for a first record of `need` bytes (under both
+    /// latches: everything before `start` is in the current file).
+    fn rotate_mapped(&self, io: &mut Io, tail: &mut Tail, start: u64, need: usize) -> Result<()> {
+        if let Some(m) = tail.map.take() {
+            io.file_bytes = m.at as u64;
+            io.allocated = m.map.allocated() as u64;
+        }
+        let cut = io.allocated > io.file_bytes;
+        self.trim(io)?;
+        if !cut {
+            let seq = io.seq;
+            io.file.sync().map_err(io_err(|| format!("syncing log file {}", file_name(seq))))?;
+        }
+        self.counters.syncs.fetch_add(1, Relaxed);
+        self.group.set_durable(start);
+        self.open_next(io, start)?;
+        tail.map = map(&mut *io.file, io.seq, map_len(&self.config, need))?;
+        Ok(())
     }
 
     /// Runs `f` with appends held off; returns its result and the log's end at that moment.
@@ -366,11 +486,17 @@ impl Wal {
     fn lead(&self, sync_to: u64) -> Result<()> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let io = &mut *io;
-        let (end, records) = {
+        let (end, records, mapped) = {
             let mut tail = self.tail.lock();
-            std::mem::swap(&mut tail.buf, &mut io.spare);
-            (tail.end, std::mem::take(&mut tail.records))
+            let t = &mut *tail;
+            if t.map.is_none() {
+                std::mem::swap(&mut t.buf, &mut io.spare);
+            }
+            (t.end, std::mem::take(&mut t.records), t.map.is_some())
         };
+        if mapped {
+            return self.sync_mapped(io, end, records, sync_to);
+        }
         // Waiters up to `end` that want it written sleep until this flush ends (`group.rs`).
         self.group.flushing(end, false);
         if !io.spare.is_empty() {
@@ -400,18 +526,36 @@ impl Wal {
             self.group.set_durable(end);
         }
         if full {
-            self.next_file(io, end)?;
+            self.trim(io)?;
+            self.open_next(io, end)?;
         }
         Ok(())
     }
 
-    /// Closes the current file and starts the next one at LSN `start` (under the `io` latch,
-    /// with everything before `start` written to the current file).
-    fn next_file(&self, io: &mut Io, start: u64) -> Result<()> {
-        self.trim(io)?;
+    /// The leader's flush of a mapped log: the records up to `end` are in the file's pages
+    /// (appends copied them and published `written`); syncs them if a waiter wants that.
+    fn sync_mapped(&self, io: &mut Io, end: u64, records: u64, sync_to: u64) -> Result<()> {
+        let durable = self.group.durable();
+        if sync_to > durable && durable < end {
+            self.group.flushing(end, true);
+            let seq = io.seq;
+            io.file.sync().map_err(io_err(|| format!("syncing log file {}", file_name(seq))))?;
+            self.counters.syncs.fetch_add(1, Relaxed);
+            self.group.set_durable(end);
+        }
+        if records > 0 {
+            self.count_group(records);
+        }
+        Ok(())
+    }
+
+    /// Starts the next log file at LSN `start` (under the `io` latch, the current file closed:
+    /// everything before `start` in it, synced, its end cut).
+    fn open_next(&self, io: &mut Io, start: u64) -> Result<()> {
         let seq = io.seq + 1;
         io.file = new_file(&*self.fs, &self.dir, seq, start)?;
         io.seq = seq;
+        self.current_seq.store(seq, Relaxed);
         io.file_bytes = HEADER as u64;
         io.allocated = HEADER as u64;
         self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, start));
@@ -487,10 +631,17 @@ impl Wal {
     /// writes them to the new file, which starts where they do.
     fn rotate_if_idle(&self, lsn: u64) -> Result<()> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-        if io.file_bytes == HEADER as u64 || self.group.written() != lsn || self.tail.lock().end != lsn {
+        let mut tail = self.tail.lock();
+        let used = tail.map.as_ref().map_or(io.file_bytes, |m| m.at as u64);
+        if used == HEADER as u64 || self.group.written() != lsn || tail.end != lsn {
             return Ok(());
         }
-        self.next_file(&mut io, lsn)
+        if tail.map.is_some() {
+            return self.rotate_mapped(&mut io, &mut tail, lsn, 0).inspect_err(|e| self.group.stop(e.to_string()));
+        }
+        drop(tail);
+        self.trim(&mut io)?;
+        self.open_next(&mut io, lsn)
     }
 
     /// Deletes the log files wholly before `lsn` (a durable checkpoint replays from there).
@@ -514,14 +665,15 @@ impl Wal {
     /// The log's counters.
     pub fn stats(&self) -> WalStats {
         let c = &self.counters;
-        let (end, appended) = {
+        let (end, appended, mapped) = {
             let tail = self.tail.lock();
-            (tail.end, tail.appended)
+            (tail.end, tail.appended, tail.map.is_some())
         };
         WalStats {
             bytes: end - self.opened_at,
             records: appended,
-            records_written: c.records.load(Relaxed),
+            // Mapped: every record is in the file once appended.
+            records_written: if mapped { appended } else { c.records.load(Relaxed) },
             flushes: c.flushes.load(Relaxed),
             syncs: c.syncs.load(Relaxed),
             group_sizes: std::array::from_fn(|i| c.groups[i].load(Relaxed)),
@@ -562,13 +714,35 @@ impl Wal {
         self.check_writable()?;
         self.flush_all(true)?;
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-        self.trim(&mut io)
+        let mut tail = self.tail.lock();
+        if let Some(m) = tail.map.take() {
+            io.file_bytes = m.at as u64;
+            io.allocated = m.map.allocated() as u64;
+        }
+        drop(tail);
+        self.trim(&mut io)?;
+        // An append after this would find no mapping and write over the file's start.
+        self.group.stop("the log was closed".into());
+        Ok(())
     }
 }
 
 /// The latch class of the append latch.
 static APPEND_CLASS: std::sync::LazyLock<LatchClass> =
     std::sync::LazyLock::new(|| LatchClass::register("wal.append").unwrap_or(LatchClass::DEFAULT));
+
+/// How much of a log file to map for a first record of `need` bytes: the configured file size,
+/// or more for a record larger than that (records never span files).
+fn map_len(config: &WalConfig, need: usize) -> u64 {
+    config.file_bytes.max((HEADER + need) as u64)
+}
+
+/// Maps log file `seq` (its header written) for `len` bytes, or `None` if its file system
+/// cannot (the log then writes).
+fn map(file: &mut dyn FsFile, seq: u64, len: u64) -> Result<Option<Mapped>> {
+    let map = file.map(len).map_err(io_err(|| format!("mapping log file {}", file_name(seq))))?;
+    Ok(map.map(|map| Mapped { map, at: HEADER }))
+}
 
 /// Creates log file `seq` starting at `start`: header written and synced under a temporary
 /// name, renamed into place, directory synced (invariant 6). Appends go to the renamed file.

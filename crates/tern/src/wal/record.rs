@@ -176,26 +176,50 @@ impl Payload {
         }
     }
 
+    /// The bytes the framed records (parts and commit) take in the log.
+    pub fn framed_len(&self) -> usize {
+        self.parts.iter().chain([&self.bytes]).map(|p| framed_len(p.len())).sum()
+    }
+
     /// Appends the framed records (parts, then the commit) to `out`; returns the bytes appended.
     pub fn frame_into(&self, out: &mut Vec<u8>) -> usize {
-        let total: usize = self.parts.iter().chain([&self.bytes]).map(|p| framed_len(p.len())).sum();
-        out.reserve(total);
-        self.parts.iter().chain([&self.bytes]).map(|p| frame(p, out)).sum()
+        let start = out.len();
+        out.resize(start + self.framed_len(), 0);
+        self.frame_to(&mut out[start..])
+    }
+
+    /// Writes the framed records (parts, then the commit) at the start of `out`, which holds
+    /// at least [`framed_len`](Payload::framed_len) bytes; returns the bytes written.
+    pub fn frame_to(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        for p in self.parts.iter().chain([&self.bytes]) {
+            at += frame_to(p, &mut out[at..]);
+        }
+        at
     }
 }
 
 /// Appends `payload`, framed (checksum, length, padding), to `out`; returns the bytes appended.
 /// `payload` is at most [`MAX_PAYLOAD`] bytes (writers keep to it by construction, see "Sizes").
 pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.resize(start + framed_len(payload.len()), 0);
+    frame_to(payload, &mut out[start..])
+}
+
+/// Writes `payload`, framed, at the start of `out` (at least [`framed_len`] of it); returns
+/// the bytes written, padding included. The same limit as [`frame`].
+pub(crate) fn frame_to(payload: &[u8], out: &mut [u8]) -> usize {
     assert!(payload.len() <= MAX_PAYLOAD, "a record payload of {} bytes exceeds the log's maximum", payload.len());
     let len = (payload.len() as u32).to_le_bytes();
     let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
-    let start = out.len();
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&len);
-    out.extend_from_slice(payload);
-    out.resize(start + framed_len(payload.len()), 0);
-    out.len() - start
+    let n = framed_len(payload.len());
+    let out = &mut out[..n];
+    out[0..4].copy_from_slice(&crc.to_le_bytes());
+    out[4..FRAME].copy_from_slice(&len);
+    out[FRAME..FRAME + payload.len()].copy_from_slice(payload);
+    out[FRAME + payload.len()..].fill(0);
+    n
 }
 
 /// Checks a frame header and its payload's checksum: `head` is the 8 frame bytes.
