@@ -5,7 +5,8 @@ Simulates a stream of lookups over N records (theta 0.99, popular records spread
 space), maps each record to its leaf (records per leaf as the engines' sizes on disk give), and
 counts the misses of: an LRU-like cache with the kernel's two lists (LMDB's page cache), a clock
 pool (tern) with the page cache behind it holding the same pages (inclusive) or only what the
-pool evicted (exclusive), and an ideal static cache of the hottest leaves. Needs numpy.
+pool evicted (exclusive), an ideal static cache of the hottest leaves, and a cache of single
+records in front of a smaller pool. Needs numpy.
 
     python3 scripts/cache-sim.py [--records 10000000] [--requests 3000000]
 """
@@ -96,6 +97,33 @@ def pool_and_page_cache(trace, pool, page_cache, exclusive):
     return disk / len(trace)
 
 
+def record_cache(trace, capacity):
+    """A clock cache of single records: yields the records it misses (they go on to the pages)."""
+    slots, ref, where, hand, used = [None] * capacity, [0] * capacity, {}, 0, 0
+    for x in trace:
+        i = where.get(x)
+        if i is not None:
+            ref[i] = 1
+            continue
+        yield x
+        if used < capacity:
+            i, used = used, used + 1
+        else:
+            while ref[hand]:
+                ref[hand] = 0
+                hand = (hand + 1) % capacity
+            i = hand
+            del where[slots[i]]
+            hand = (hand + 1) % capacity
+        slots[i], ref[i], where[x] = x, 0, i
+
+
+def records_then_pages(keys, per_leaf, records, pool, page_cache):
+    """Disk reads per lookup of a record cache of `records` in front of the pool and page cache."""
+    missed = [k // per_leaf for k in record_cache(keys, records)]
+    return pool_and_page_cache(missed, pool, page_cache, False) * len(missed) / len(keys)
+
+
 def ideal(popularity, per_leaf, capacity):
     leaves = len(popularity) // per_leaf
     mass = np.sort(popularity[: leaves * per_leaf].reshape(leaves, per_leaf).sum(1))[::-1]
@@ -116,6 +144,10 @@ def main():
         ("tern: 192 MiB clock pool + 300 MiB page cache, inclusive", pool_and_page_cache(tern, 192 * MIB // page, 300 * MIB // page, False)),
         ("tern: same, page cache exclusive (evicted pages only)", pool_and_page_cache(tern, 192 * MIB // page, 300 * MIB // page, True)),
         ("ideal: 480 MiB of the hottest leaves, 30 records a leaf", ideal(popularity, 30, 480 * MIB // page)),
+        (
+            "tern: 64 MiB of records (175 B each) + 128 MiB pool + page cache",
+            records_then_pages(keys.tolist(), 30, 64 * MIB // 175, 128 * MIB // page, 300 * MIB // page),
+        ),
     ]
     for name, misses in rows:
         print(f"{name:60s} {misses:.3f} disk reads per lookup")
