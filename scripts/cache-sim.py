@@ -99,23 +99,9 @@ def pool_and_page_cache(trace, pool, page_cache, exclusive):
 
 def record_cache(trace, capacity):
     """A clock cache of single records: yields the records it misses (they go on to the pages)."""
-    slots, ref, where, hand, used = [None] * capacity, [0] * capacity, {}, 0, 0
-    for x in trace:
-        i = where.get(x)
-        if i is not None:
-            ref[i] = 1
-            continue
-        yield x
-        if used < capacity:
-            i, used = used, used + 1
-        else:
-            while ref[hand]:
-                ref[hand] = 0
-                hand = (hand + 1) % capacity
-            i = hand
-            del where[slots[i]]
-            hand = (hand + 1) % capacity
-        slots[i], ref[i], where[x] = x, 0, i
+    for missed, _ in clock(trace, capacity):
+        if missed is not None:
+            yield missed
 
 
 def records_then_pages(keys, per_leaf, records, pool, page_cache):

@@ -36,8 +36,8 @@ pub trait FsFile: Send + Debug {
     /// system does not map files or cannot allocate their blocks (the caller then writes with
     /// [`write`](FsFile::write)). Once mapped, the file is written only through the mapping,
     /// which allocates blocks ahead of its stores ([`Mapping::allocate`]); [`sync`](FsFile::sync)
-    /// makes those stores durable too. The default maps nothing, so a file system that injects
-    /// faults ([`FaultFs`]) sees every byte written.
+    /// makes those stores durable too. The default maps nothing; [`FaultFs`] maps only when
+    /// told to ([`Faults::map_logs`]), and otherwise sees every byte written.
     fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
         let _ = len;
         Ok(None)
@@ -118,13 +118,15 @@ impl Drop for Mapping {
 }
 
 /// Maps the first `len` bytes of `file` (open for reading and writing) shared, allocating the
-/// first page; `None` if the file system cannot allocate (`EOPNOTSUPP`) or `len` is 0.
+/// first page; `None` (the caller writes instead) if `len` is 0, if the file system is not one
+/// that overwrites allocated blocks in place ([`overwrites_in_place`]), or if it cannot
+/// allocate or map the file.
 #[cfg(target_os = "linux")]
 fn map_file(file: &std::fs::File, len: u64) -> io::Result<Option<Mapping>> {
     use std::os::fd::AsRawFd;
     let size = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let first = size.min(4096);
-    if size == 0 || !allocate(file, first as u64)? {
+    if size == 0 || !overwrites_in_place(file) || !allocate(file, first as u64)? {
         return Ok(None);
     }
     let handle = file.try_clone()?;
@@ -141,14 +143,43 @@ fn map_file(file: &std::fs::File, len: u64) -> io::Result<Option<Mapping>> {
         )
     };
     if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        // A file system or file that cannot be mapped for writing: the caller writes instead.
+        return match e.raw_os_error() {
+            Some(libc::ENODEV | libc::EACCES | libc::EINVAL | libc::EPERM) => Ok(None),
+            _ => Err(e),
+        };
     }
     let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
     Ok(Some(Mapping { ptr, len: size, allocated: first, file: handle }))
 }
 
+/// Whether `file` is on a file system known to store a rewritten block of an allocated file
+/// in place (ext4, XFS, tmpfs), so that a store through a mapping of allocated blocks never
+/// needs new space. Copy-on-write file systems (btrfs, ZFS) allocate on every rewrite, and a
+/// mapping reports a full disk then as `SIGBUS`: they, and any file system not known, get the
+/// written log.
+#[cfg(target_os = "linux")]
+fn overwrites_in_place(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const TMPFS: i64 = 0x0102_1994;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fstatfs` fills the `statfs` it is given (valid, writable, its size) for a
+    // descriptor `file` owns; it is read only if the call succeeded.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: filled by the successful call above.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between targets
+    let kind = st.f_type as i64;
+    matches!(kind, EXT4 | XFS | TMPFS)
+}
+
 /// Allocates the first `len` bytes of `file` (`fallocate`, extending it, the new bytes reading
-/// as zeros); `Ok(false)` where the file system cannot (`EOPNOTSUPP`, or not Linux).
+/// as zeros); `Ok(false)` where the file system cannot (`EOPNOTSUPP`, `ENOSYS`, or not Linux).
 fn allocate(file: &std::fs::File, len: u64) -> io::Result<bool> {
     #[cfg(target_os = "linux")]
     {
@@ -159,7 +190,7 @@ fn allocate(file: &std::fs::File, len: u64) -> io::Result<bool> {
         if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } != 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => Ok(false),
+                Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
                 _ => Err(e),
             };
         }
@@ -415,6 +446,10 @@ pub struct Faults {
     pub bytes_written: AtomicU64,
     /// Syncs that succeeded.
     pub syncs: AtomicU64,
+    /// Log files are mapped ([`FsFile::map`]) as on the real file system, instead of written:
+    /// the faults then reach the mapped log's syncs, cuts and new files (its copies into the
+    /// mapping cannot fail, and are not counted).
+    pub map_logs: AtomicBool,
     /// Operations (any call on the file system or one of its files) that may still run; every
     /// later one fails with `EIO` (`u64::MAX`: no limit). Stopping every operation from the
     /// `n`-th on leaves the files as a crash at that instant would (unsynced data aside), so
@@ -431,6 +466,7 @@ impl Default for Faults {
             fail_reads: AtomicBool::new(false),
             fail_page_writes: AtomicBool::new(false),
             torn_page_writes: AtomicBool::new(false),
+            map_logs: AtomicBool::new(false),
             space_left: AtomicU64::new(u64::MAX),
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
@@ -550,6 +586,14 @@ impl RandomFile for FaultRandomFile {
 }
 
 impl FsFile for FaultFile {
+    fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
+        if !self.faults.map_logs.load(Relaxed) {
+            return Ok(None);
+        }
+        self.faults.step("mmap")?;
+        self.inner.map(len)
+    }
+
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let f = &self.faults;
         f.step("write")?;

@@ -495,6 +495,53 @@ fn mapped_and_written_logs_rotate_hold_a_commit_larger_than_a_file_and_recover()
     }
 }
 
+/// A mapped log whose rotation fails (the sync that closes a full file): that commit fails, the
+/// log stops (every later commit fails, nothing more reaches the files), and a reopen holds
+/// every acknowledged commit with the log intact.
+#[test]
+fn a_failed_rotation_of_a_mapped_log_stops_it_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = WalConfig { durability: Durability::NoSync, file_bytes: 8 << 10, ..WalConfig::default() };
+    let fs = FaultFs::new();
+    fs.faults.map_logs.store(true, Relaxed);
+    let db = Db::open_with_fs(dir.path(), Options { wal, ..options() }, Arc::new(fs.clone())).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..40u32 {
+        let k = format!("k{i:04}");
+        put(&db, k.as_bytes(), &[i as u8; 100]);
+        acked.push(k);
+    }
+    fs.faults.fail_syncs.store(true, Relaxed);
+    let mut failed_at = None;
+    for i in 40..400u32 {
+        let mut t = db.begin().unwrap();
+        t.put(format!("k{i:04}").as_bytes(), &[i as u8; 100]).unwrap();
+        match t.commit() {
+            Ok(()) => acked.push(format!("k{i:04}")),
+            Err(e) => {
+                failed_at = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (at, e) = failed_at.expect("a rotation within 360 commits of 100 bytes into 8 KiB files");
+    assert!(matches!(e, Error::Io { .. } | Error::ReadOnly { .. } | Error::CommitNotDurable { .. }), "{e:?}");
+    fs.faults.fail_syncs.store(false, Relaxed);
+    let mut t = db.begin().unwrap();
+    let later = t.put(b"later", b"x").and_then(|()| t.commit());
+    assert!(later.is_err(), "the log stopped at commit {at}: {later:?}");
+    assert!(db.stats().wal.unwrap().failed.is_some());
+    std::mem::forget(db);
+    let copy = copy_dir(dir.path());
+    let db = Db::open(copy.path(), options()).unwrap();
+    for k in &acked {
+        assert!(get(&db, k.as_bytes()).is_some(), "acknowledged {k} is there");
+    }
+    assert_eq!(get(&db, b"later"), None);
+    db.close().unwrap();
+    tern::recovery::check(copy.path()).unwrap();
+}
+
 #[test]
 fn bad_options_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

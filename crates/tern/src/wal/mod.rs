@@ -19,9 +19,11 @@
 //! it durable with one `fdatasync`, and wakes the group; the others sleep meanwhile and find
 //! themselves covered. No latch a committer needs is held across a write or a sync: the append
 //! latch is released before any, and the leader's I/O state is touched by the leader alone.
-//! The one exception is a mapped file that is full: the appender that finds no room closes it
-//! (a sync, and the cut of its unused end) and starts the next under the latch, once per
-//! [`WalConfig::file_bytes`] of log.
+//! The exceptions are the start of a new mapped file: the appender that finds the current one
+//! full closes it (a sync, and the cut of its unused end) and starts the next under the latch,
+//! once per [`WalConfig::file_bytes`] of log, and a checkpoint of an idle log moves it to a new
+//! file the same way (nothing is being appended then). A rotation that fails stops the log
+//! under both latches: no append and no flush runs after it (each checks, under its latch).
 //!
 //! # Invariants
 //! 1. Log order is timestamp order: commit timestamps are drawn under the append latch, in the
@@ -121,8 +123,10 @@ pub struct WalConfig {
     /// system call, so a [`Durability::NoSync`] commit never waits for a writer and a
     /// [`Durability::Sync`] flush is one `fdatasync`. Off: records collect in a buffer that a
     /// group-commit leader writes with one `write` per group. Either way a crash of the
-    /// process keeps every acknowledged commit. A file system that cannot map files or
-    /// allocate their blocks (see [`FsFile::map`](crate::fs::FsFile::map)) gets the writes.
+    /// process keeps every acknowledged commit. Only ext4, XFS and tmpfs are mapped; other file
+    /// systems (copy-on-write ones allocate on every rewrite, and a full disk under a mapping
+    /// is `SIGBUS`), and those that cannot allocate or map (see
+    /// [`FsFile::map`]), get the writes.
     pub mapped: bool,
 }
 
@@ -402,6 +406,9 @@ impl Wal {
                 }
             }
         }
+        // A rotation that failed while this appender waited stopped the log (under this latch)
+        // and left its file unmapped: nothing may be appended after what the file holds.
+        self.check_writable()?;
         let ts = next_ts();
         payload.set_ts(ts);
         let t = &mut *tail;
@@ -486,6 +493,9 @@ impl Wal {
     fn lead(&self, sync_to: u64) -> Result<()> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let io = &mut *io;
+        // Stopped while this leader waited for `io` (every stop in this file runs under it): a
+        // failed mapped rotation leaves `io.file` the old file, which must not be written.
+        self.check_writable()?;
         let (end, records, mapped) = {
             let mut tail = self.tail.lock();
             let t = &mut *tail;
@@ -715,15 +725,15 @@ impl Wal {
         self.flush_all(true)?;
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let mut tail = self.tail.lock();
+        // An append after this would find no mapping and write over the file's start: stopped
+        // first, under the latch, so none can.
+        self.group.stop("the log was closed".into());
         if let Some(m) = tail.map.take() {
             io.file_bytes = m.at as u64;
             io.allocated = m.map.allocated() as u64;
         }
         drop(tail);
-        self.trim(&mut io)?;
-        // An append after this would find no mapping and write over the file's start.
-        self.group.stop("the log was closed".into());
-        Ok(())
+        self.trim(&mut io)
     }
 }
 
