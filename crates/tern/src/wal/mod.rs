@@ -254,10 +254,12 @@ struct Tail {
     appended: u64,
 }
 
-/// The current log file's mapping and the offset its next record goes to.
+/// The current log file's mapping, the offset its next record goes to, and the file's sequence
+/// number (for errors).
 struct Mapped {
     map: Mapping,
     at: usize,
+    seq: u64,
 }
 
 /// The leader's: the open file and a spare buffer.
@@ -287,8 +289,6 @@ pub(crate) struct Wal {
     /// The LSN where this process's log began.
     opened_at: u64,
     tail: Mutex<Tail>,
-    /// The current log file's sequence number (for error messages without the `io` latch).
-    current_seq: AtomicU64,
     /// Leader election, and how far the log is written and synced.
     group: Group,
     io: StdMutex<Io>,
@@ -339,7 +339,6 @@ impl Wal {
                 },
                 *APPEND_CLASS,
             ),
-            current_seq: AtomicU64::new(seq),
             group: Group::new(start),
             io: StdMutex::new(Io {
                 file,
@@ -386,8 +385,10 @@ impl Wal {
     /// it into the buffer. Returns the timestamp and the LSN just past the record.
     #[inline]
     pub fn append_commit(&self, payload: &mut Payload, next_ts: impl FnOnce() -> u64) -> Result<(u64, u64)> {
-        self.check_writable()?;
         let mut tail = self.tail.lock();
+        // Checked under the latch: a rotation that failed stopped the log under it and left
+        // its file unmapped, and nothing may be appended after what the file holds.
+        self.check_writable()?;
         if let Some(m) = &tail.map {
             let need = payload.framed_len();
             if m.at + need > m.map.len() {
@@ -398,7 +399,7 @@ impl Wal {
                 if m.at + need > m.map.allocated() {
                     // Blocks ahead of the stores (see `Mapping`): a system call per PREALLOCATE.
                     if let Err(e) = m.map.allocate(m.at + need + self.preallocate() as usize) {
-                        let seq = self.current_seq.load(Relaxed);
+                        let seq = m.seq;
                         let e = io_err(|| format!("allocating log file {}", file_name(seq)))(e);
                         self.group.stop(e.to_string());
                         return Err(e);
@@ -406,9 +407,6 @@ impl Wal {
                 }
             }
         }
-        // A rotation that failed while this appender waited stopped the log (under this latch)
-        // and left its file unmapped: nothing may be appended after what the file holds.
-        self.check_writable()?;
         let ts = next_ts();
         payload.set_ts(ts);
         let t = &mut *tail;
@@ -437,6 +435,8 @@ impl Wal {
     fn next_mapped_file(&self, need: usize) -> Result<crate::sync::MutexGuard<'_, Tail>> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let mut tail = self.tail.lock();
+        // The latch was let go: the log may have stopped meanwhile (as in `append_commit`).
+        self.check_writable()?;
         let fits = tail.map.as_ref().is_none_or(|m| m.at + need <= m.map.len());
         if !fits {
             let start = tail.end;
@@ -565,7 +565,6 @@ impl Wal {
         let seq = io.seq + 1;
         io.file = new_file(&*self.fs, &self.dir, seq, start)?;
         io.seq = seq;
-        self.current_seq.store(seq, Relaxed);
         io.file_bytes = HEADER as u64;
         io.allocated = HEADER as u64;
         self.files.lock().unwrap_or_else(|p| p.into_inner()).push((seq, start));
@@ -751,7 +750,7 @@ fn map_len(config: &WalConfig, need: usize) -> u64 {
 /// cannot (the log then writes).
 fn map(file: &mut dyn FsFile, seq: u64, len: u64) -> Result<Option<Mapped>> {
     let map = file.map(len).map_err(io_err(|| format!("mapping log file {}", file_name(seq))))?;
-    Ok(map.map(|map| Mapped { map, at: HEADER }))
+    Ok(map.map(|map| Mapped { map, at: HEADER, seq }))
 }
 
 /// Creates log file `seq` starting at `start`: header written and synced under a temporary
