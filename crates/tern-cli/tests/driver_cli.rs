@@ -275,3 +275,30 @@ fn compare_opens_tern_with_the_page_size_asked_for() {
     let (ok, _, stderr) = tern(&[&base[..], &SMALL[..], &["--tern-page-size", "3000"]].concat());
     assert!(!ok && stderr.contains("page size must be a power of two from 4096 to 65536 bytes"), "{stderr}");
 }
+
+#[test]
+fn the_load_phase_reports_its_batch_size_and_loads_every_record() {
+    let load_of = |extra: &[&str]| {
+        let mut args = vec!["bench", "compare", "--workload", "c", "--threads", "1", "--load-threads", "1", "--json"];
+        args.extend(extra);
+        args.extend(SMALL);
+        let (ok, stdout, stderr) = tern(&args);
+        assert!(ok, "{stderr}");
+        let lines = json_lines(&stdout);
+        let load = lines.iter().find(|l| l["phase"] == "load").cloned().unwrap();
+        let run = lines.iter().find(|l| l["phase"] == "run").cloned().unwrap();
+        (load, run, stderr)
+    };
+    let (load, _, stderr) = load_of(&[]);
+    assert_eq!((load["load_batch"].as_u64(), load["ops"].as_u64()), (Some(1000), Some(3000)), "{load}");
+    assert!(stderr.contains("(1 thread(s), 1000 items per transaction)"), "{stderr}");
+    // One transaction for the whole load: every record is there afterwards.
+    let (load, run, stderr) = load_of(&["--load-batch", "3000"]);
+    assert_eq!((load["load_batch"].as_u64(), load["ops"].as_u64()), (Some(3000), Some(3000)), "{load}");
+    assert_eq!(run["not_found"], 0, "every loaded record is found: {run}");
+    assert!(stderr.contains("3000 items per transaction"), "{stderr}");
+    for bad in ["0", "10000001"] {
+        let (ok, _, stderr) = tern(&["bench", "compare", "--workload", "c", "--load-batch", bad]);
+        assert!(!ok && stderr.contains("--load-batch must be in 1..=10000000"), "{bad}: {stderr}");
+    }
+}

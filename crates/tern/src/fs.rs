@@ -386,6 +386,11 @@ impl Fs for StdFs {
         Ok(std::fs::metadata(path)?.len())
     }
 
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
+        // One buffer of the file's size, read into directly (no buffered copy, no regrowth).
+        std::fs::read(path)
+    }
+
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
         file.set_len(len)?;

@@ -98,6 +98,10 @@ pub struct DriverArgs {
     /// Threads for the load phase [default: the largest --threads].
     #[arg(long, value_name = "N")]
     pub load_threads: Option<usize>,
+    /// Items per write transaction in the load phase (reported as `load_batch`). Each load
+    /// thread writes its share of the items, in the job's order, in transactions this large.
+    #[arg(long, default_value_t = DEFAULT_LOAD_BATCH, value_name = "N")]
+    pub load_batch: u64,
     /// Time one operation in this many (0: none).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub sample_every: u64,
@@ -182,6 +186,9 @@ impl DriverArgs {
         }
         if self.load_threads.is_some_and(|t| t == 0 || t > 1024) {
             return Err("--load-threads must be in 1..=1024".into());
+        }
+        if !(1..=MAX_LOAD_BATCH).contains(&self.load_batch) {
+            return Err(format!("--load-batch must be in 1..={MAX_LOAD_BATCH}, got {}", self.load_batch));
         }
         if let Some(ms) = self.periodic_ms {
             if self.durability != DurabilityArg::Periodic {
@@ -452,7 +459,7 @@ impl EngineRun for LocalEngine<'_> {
         let sample = run_threads_to_completion(threads, |t, ctl| {
             let lo = total * t as u64 / threads as u64;
             let hi = total * (t as u64 + 1) / threads as u64;
-            match load_range(e, job, lo..hi, ctl, &progress) {
+            match load_range(e, job, lo..hi, args.load_batch, ctl, &progress) {
                 Ok(n) => ThreadResult::new(n, None),
                 Err(m) => {
                     failure.lock().get_or_insert(m);
@@ -528,13 +535,16 @@ impl ProcIo {
     }
 }
 
-/// Load batches: this many items per write transaction.
-const LOAD_BATCH: u64 = 1000;
+/// Load batches: this many items per write transaction unless `--load-batch` says otherwise.
+const DEFAULT_LOAD_BATCH: u64 = 1000;
+/// The largest `--load-batch`: a batch is built in memory before it is written.
+const MAX_LOAD_BATCH: u64 = 10_000_000;
 
 fn load_range(
     e: &EngineState,
     job: &dyn Job,
     range: std::ops::Range<u64>,
+    batch_items: u64,
     ctl: &Control,
     progress: &ProgressBar,
 ) -> Result<u64, String> {
@@ -542,7 +552,7 @@ fn load_range(
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut start = range.start;
     while start < range.end && ctl.running() {
-        let end = (start + LOAD_BATCH).min(range.end);
+        let end = (start + batch_items).min(range.end);
         batch.resize_with((end - start) as usize, Default::default);
         for (i, (k, v)) in (start..end).zip(batch.iter_mut()) {
             job.load_item(i, k, v);
@@ -723,13 +733,20 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
                 "load",
                 load_threads,
                 &sample,
-                args.durability_params(),
+                [("load_batch", json!(args.load_batch))].into_iter().chain(args.durability_params()).collect(),
             )),
             None => break,
         }
     }
     let load_notes = memory_notes(&engines);
-    emit(&load_records, args.json, &format!("{} load phase: {}", first.bench(), first.describe()), &load_notes);
+    let title = format!(
+        "{} load phase ({} thread(s), {} items per transaction): {}",
+        first.bench(),
+        load_threads,
+        args.load_batch,
+        first.describe()
+    );
+    emit(&load_records, args.json, &title, &load_notes);
     let mut series: Vec<Series> = Vec::new();
     let mut failed = Vec::new();
     for (j, job) in jobs.iter().enumerate() {

@@ -9,6 +9,10 @@
 //!   records). Recovery stops with [`Error::Corruption`] naming the file and offset: dropping
 //!   the records after it would silently lose committed transactions.
 //!
+//! Each file is read whole; while one is decoded, the next is already being read on a thread of
+//! its own (`tern-log-read`), so a replay from the disk overlaps reading and applying. At most
+//! two files are in memory at once.
+//!
 //! Zeros from where a record would begin to the end of the newest file are the end of the log,
 //! not damage: the file's preallocated end (`wal` invariant 7), or data a crash left unwritten
 //! (never acknowledged as durable). They are cut too (`repair`), and not reported.
@@ -80,154 +84,176 @@ pub(crate) fn scan(
     seqs.sort_unstable();
     let mut scan = Scan { end: from, ..Scan::default() };
     let mut prev_end: Option<u64> = None;
-    for (i, &seq) in seqs.iter().enumerate() {
-        let last = i + 1 == seqs.len();
-        let name = file_name(seq);
-        let path = dir.join(&name);
-        if !last {
-            if let Some((start, end)) = covered(fs, &path, seq, prev_end, from) {
-                // Wholly before `from`: none of its records is needed, so none is read.
-                scan.files.push((seq, start));
-                prev_end = Some(end);
+    std::thread::scope(|threads| {
+        // The next file, being read on a thread of its own while this one's records are applied:
+        // a replay from the disk would otherwise wait for each file's read in turn.
+        let mut ahead: Option<(u64, std::thread::ScopedJoinHandle<'_, std::io::Result<Vec<u8>>>)> = None;
+        for (i, &seq) in seqs.iter().enumerate() {
+            let last = i + 1 == seqs.len();
+            let name = file_name(seq);
+            let path = dir.join(&name);
+            if !last {
+                if let Some((start, end)) = covered(fs, &path, seq, prev_end, from) {
+                    // Wholly before `from`: none of its records is needed, so none is read.
+                    scan.files.push((seq, start));
+                    prev_end = Some(end);
+                    continue;
+                }
+            }
+            let data = match ahead.take() {
+                Some((at, read)) if at == seq => read.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                _ => fs.read_all(&path),
+            }
+            .map_err(|source| Error::Io { what: format!("reading log file {name}"), source })?;
+            if let Some(&next) = seqs.get(i + 1) {
+                let path = dir.join(file_name(next));
+                // A thread that cannot be started only means no read-ahead.
+                ahead = std::thread::Builder::new()
+                    .name("tern-log-read".into())
+                    .spawn_scoped(threads, move || fs.read_all(&path))
+                    .ok()
+                    .map(|read| (next, read));
+            }
+            let Some((head_seq, start)) = parse_header(&data) else {
+                if last && (data.len() < HEADER || data.iter().all(|&b| b == 0)) {
+                    // Created, but its header never reached the disk (tern before log files were
+                    // renamed into place, `wal` invariant 6): no record can be in it.
+                    if repair {
+                        fs.remove(&path).map_err(|source| Error::Io { what: format!("removing {name}"), source })?;
+                    }
+                    scan.torn = Some(TornTail { file: name, offset: 0, bytes: data.len() as u64 });
+                    break;
+                }
+                return Err(corruption(&name, 0, "not a tern log file (bad header)"));
+            };
+            if head_seq != seq {
+                return Err(corruption(&name, 8, format!("the header says file {head_seq}")));
+            }
+            if let Some(prev) = prev_end {
+                if start != prev {
+                    return Err(corruption(
+                        &name,
+                        16,
+                        format!("starts at LSN {start}, the previous file ends at {prev}"),
+                    ));
+                }
+            } else if start > from {
+                return Err(corruption(
+                    &name,
+                    16,
+                    format!("the log starts at LSN {start}, but the checkpoint needs it from LSN {from}"),
+                ));
+            }
+            scan.files.push((seq, start));
+            let file_end = start + (data.len() - HEADER) as u64;
+            if !last && file_end <= from {
+                prev_end = Some(file_end);
                 continue;
             }
-        }
-        let data =
-            fs.read_all(&path).map_err(|source| Error::Io { what: format!("reading log file {name}"), source })?;
-        let Some((head_seq, start)) = parse_header(&data) else {
-            if last && (data.len() < HEADER || data.iter().all(|&b| b == 0)) {
-                // Created, but its header never reached the disk (tern before log files were
-                // renamed into place, `wal` invariant 6): no record can be in it.
-                if repair {
-                    fs.remove(&path).map_err(|source| Error::Io { what: format!("removing {name}"), source })?;
-                }
-                scan.torn = Some(TornTail { file: name, offset: 0, bytes: data.len() as u64 });
-                break;
+            if from > file_end {
+                return Err(corruption(
+                    &name,
+                    data.len() as u64,
+                    format!("the log ends before LSN {from}, where the checkpoint needs it"),
+                ));
             }
-            return Err(corruption(&name, 0, "not a tern log file (bad header)"));
-        };
-        if head_seq != seq {
-            return Err(corruption(&name, 8, format!("the header says file {head_seq}")));
-        }
-        if let Some(prev) = prev_end {
-            if start != prev {
-                return Err(corruption(&name, 16, format!("starts at LSN {start}, the previous file ends at {prev}")));
-            }
-        } else if start > from {
-            return Err(corruption(
-                &name,
-                16,
-                format!("the log starts at LSN {start}, but the checkpoint needs it from LSN {from}"),
-            ));
-        }
-        scan.files.push((seq, start));
-        let file_end = start + (data.len() - HEADER) as u64;
-        if !last && file_end <= from {
-            prev_end = Some(file_end);
-            continue;
-        }
-        if from > file_end {
-            return Err(corruption(
-                &name,
-                data.len() as u64,
-                format!("the log ends before LSN {from}, where the checkpoint needs it"),
-            ));
-        }
-        let mut pos = HEADER + from.saturating_sub(start) as usize;
-        let mut lsn = start.max(from);
-        // The parts read so far of a commit written as several records (see `record.rs`).
-        let mut pending: Option<Pending<'_>> = None;
-        // Where the bad or unfinished bytes at the end begin, if they do.
-        let mut torn_at = None;
-        // Where the newest file's zeros begin, if it ends in zeros.
-        let mut zeros_at = None;
-        while pos < data.len() {
-            match record::decode(&data[pos..]) {
-                Ok((Record::Part { ts, ops }, used)) => {
-                    match &mut pending {
-                        None => pending = Some(Pending { pos, ts, ops, bytes: used }),
-                        Some(p) if p.ts == ts => {
-                            p.ops.extend(ops);
-                            p.bytes += used;
+            let mut pos = HEADER + from.saturating_sub(start) as usize;
+            let mut lsn = start.max(from);
+            // The parts read so far of a commit written as several records (see `record.rs`).
+            let mut pending: Option<Pending<'_>> = None;
+            // Where the bad or unfinished bytes at the end begin, if they do.
+            let mut torn_at = None;
+            // Where the newest file's zeros begin, if it ends in zeros.
+            let mut zeros_at = None;
+            while pos < data.len() {
+                match record::decode(&data[pos..]) {
+                    Ok((Record::Part { ts, ops }, used)) => {
+                        match &mut pending {
+                            None => pending = Some(Pending { pos, ts, ops, bytes: used }),
+                            Some(p) if p.ts == ts => {
+                                p.ops.extend(ops);
+                                p.bytes += used;
+                            }
+                            Some(p) => {
+                                return Err(corruption(
+                                    &name,
+                                    pos as u64,
+                                    format!("a part of commit {ts} inside commit {}", p.ts),
+                                ))
+                            }
                         }
-                        Some(p) => {
+                        pos += used;
+                    }
+                    Ok((rec, used)) => {
+                        let (rec, bytes) = match (pending.take(), rec) {
+                            (None, rec) => (rec, used),
+                            (Some(p), Record::Commit { ts, ops }) if p.ts == ts => {
+                                let mut all = p.ops;
+                                all.extend(ops);
+                                (Record::Commit { ts, ops: all }, p.bytes + used)
+                            }
+                            (Some(p), _) => {
+                                return Err(corruption(
+                                    &name,
+                                    p.pos as u64,
+                                    "a commit's parts are not followed by its commit",
+                                ))
+                            }
+                        };
+                        scan.max_ts = scan.max_ts.max(rec.ts());
+                        apply(rec).map_err(|why| corruption(&name, pos as u64, why))?;
+                        scan.records += 1;
+                        scan.bytes += bytes as u64;
+                        pos += used;
+                        lsn += bytes as u64;
+                    }
+                    Err(Bad::Malformed(why)) => return Err(corruption(&name, pos as u64, why)),
+                    Err(bad) => {
+                        if !last {
+                            return Err(corruption(&name, pos as u64, bad.describe()));
+                        }
+                        if data[pos..].iter().all(|&b| b == 0) {
+                            // The newest file's preallocated end (`wal` invariant 7), or a tail a
+                            // crash left unwritten: no record began here. Not damage.
+                            zeros_at = Some(pos);
+                            break;
+                        }
+                        if let Some(next) = valid_record_after(&data, pos) {
                             return Err(corruption(
                                 &name,
                                 pos as u64,
-                                format!("a part of commit {ts} inside commit {}", p.ts),
-                            ))
+                                format!("{} (a valid record follows at offset {next})", bad.describe()),
+                            ));
                         }
-                    }
-                    pos += used;
-                }
-                Ok((rec, used)) => {
-                    let (rec, bytes) = match (pending.take(), rec) {
-                        (None, rec) => (rec, used),
-                        (Some(p), Record::Commit { ts, ops }) if p.ts == ts => {
-                            let mut all = p.ops;
-                            all.extend(ops);
-                            (Record::Commit { ts, ops: all }, p.bytes + used)
-                        }
-                        (Some(p), _) => {
-                            return Err(corruption(
-                                &name,
-                                p.pos as u64,
-                                "a commit's parts are not followed by its commit",
-                            ))
-                        }
-                    };
-                    scan.max_ts = scan.max_ts.max(rec.ts());
-                    apply(rec).map_err(|why| corruption(&name, pos as u64, why))?;
-                    scan.records += 1;
-                    scan.bytes += bytes as u64;
-                    pos += used;
-                    lsn += bytes as u64;
-                }
-                Err(Bad::Malformed(why)) => return Err(corruption(&name, pos as u64, why)),
-                Err(bad) => {
-                    if !last {
-                        return Err(corruption(&name, pos as u64, bad.describe()));
-                    }
-                    if data[pos..].iter().all(|&b| b == 0) {
-                        // The newest file's preallocated end (`wal` invariant 7), or a tail a
-                        // crash left unwritten: no record began here. Not damage.
-                        zeros_at = Some(pos);
+                        torn_at = Some(pos);
                         break;
                     }
-                    if let Some(next) = valid_record_after(&data, pos) {
-                        return Err(corruption(
-                            &name,
-                            pos as u64,
-                            format!("{} (a valid record follows at offset {next})", bad.describe()),
-                        ));
-                    }
-                    torn_at = Some(pos);
-                    break;
                 }
             }
-        }
-        if let Some(p) = pending {
-            // The commit record of these parts never made it to the file: the whole commit
-            // is unfinished (it was never acknowledged). In an older file that is damage.
-            if !last {
-                return Err(corruption(&name, p.pos as u64, "a commit's parts end with the file"));
+            if let Some(p) = pending {
+                // The commit record of these parts never made it to the file: the whole commit
+                // is unfinished (it was never acknowledged). In an older file that is damage.
+                if !last {
+                    return Err(corruption(&name, p.pos as u64, "a commit's parts end with the file"));
+                }
+                torn_at = Some(p.pos);
             }
-            torn_at = Some(p.pos);
-        }
-        if let (Some(at), None, true) = (zeros_at, torn_at, repair) {
-            fs.truncate(&path, at as u64)
-                .map_err(|source| Error::Io { what: format!("cutting the preallocated end of {name}"), source })?;
-        }
-        if let Some(at) = torn_at {
-            if repair {
+            if let (Some(at), None, true) = (zeros_at, torn_at, repair) {
                 fs.truncate(&path, at as u64)
-                    .map_err(|source| Error::Io { what: format!("cutting the torn tail of {name}"), source })?;
+                    .map_err(|source| Error::Io { what: format!("cutting the preallocated end of {name}"), source })?;
             }
-            scan.torn = Some(TornTail { file: name.clone(), offset: at as u64, bytes: (data.len() - at) as u64 });
+            if let Some(at) = torn_at {
+                if repair {
+                    fs.truncate(&path, at as u64)
+                        .map_err(|source| Error::Io { what: format!("cutting the torn tail of {name}"), source })?;
+                }
+                scan.torn = Some(TornTail { file: name.clone(), offset: at as u64, bytes: (data.len() - at) as u64 });
+            }
+            scan.end = lsn;
+            prev_end = Some(lsn);
         }
-        scan.end = lsn;
-        prev_end = Some(lsn);
-    }
+        Ok(())
+    })?;
     Ok(scan)
 }
 
