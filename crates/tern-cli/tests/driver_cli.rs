@@ -302,3 +302,36 @@ fn the_load_phase_reports_its_batch_size_and_loads_every_record() {
         assert!(!ok && stderr.contains("--load-batch must be in 1..=10000000"), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn ingest_reports_both_loads_with_their_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = tern(&[
+        "bench",
+        "ingest",
+        "--records",
+        "3000",
+        "--txn-keys",
+        "1000",
+        "--rounds",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let by = |v: &str| lines.iter().find(|l| l["variant"] == v).unwrap_or_else(|| panic!("no {v}: {lines:#?}"));
+    let (sorted, shuffled) = (by("load_table"), by("txn-1000"));
+    for l in [sorted, shuffled] {
+        assert_eq!((l["bench"].as_str(), l["ops"].as_u64()), (Some("ingest"), Some(3000)), "{l}");
+        assert!(l["disk_bytes"].as_u64().unwrap() > 0 && l["checkpoint_secs"].as_f64().is_some(), "{l}");
+    }
+    assert_eq!(shuffled["txn_keys"], 1000);
+    let (commit, total) = (shuffled["commit_secs"].as_f64().unwrap(), shuffled["secs"].as_f64().unwrap());
+    assert!(commit > 0.0 && commit < total, "the commits are a share of the load: {shuffled}");
+    assert!(sorted.get("commit_secs").is_none(), "{sorted}");
+    // The databases lived under --dir and are gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -1,13 +1,16 @@
-//! Sorted batches of writes applied leaf by leaf: one descent per leaf the batch touches,
-//! not one per write (log replay applies its batches this way).
+//! Sorted batches applied leaf by leaf: one descent per leaf the batch touches, not one per
+//! key. Log replay applies its batches of writes this way ([`BTree::apply_sorted`]); the version
+//! collector folds a commit's keys back this way ([`BTree::update_chains_sorted`]).
 //!
-//! Invariant: the effect is exactly that of [`BTree::upsert`] or [`BTree::delete`] of each
-//! write in turn. A run of puts into one leaf is applied under one exclusive latch of that
-//! leaf, while each key is below the leaf's upper fence (the keys are sorted, so none is below
-//! its lower one) and fits without a split; anything else (a delete, a value for overflow
-//! pages, a key the tree refuses, a split) goes through the ordinary call.
+//! Invariant: the effect is exactly that of the one-key call ([`BTree::upsert`] or
+//! [`BTree::delete`]; [`BTree::update_chain`]) for each key in turn. A run of keys in one leaf
+//! is handled under one exclusive latch of that leaf, while each key is below the leaf's upper
+//! fence (the keys are sorted, so none is below its lower one) and needs no split; anything
+//! else (a delete, a value for overflow pages, a key the tree refuses, a split) goes through
+//! the one-key call.
 
 use super::node::NodeRef;
+use super::stored::{Applied, Change, Current};
 use super::tree::{Abort, BTree, Room};
 use crate::Result;
 use crossbeam_epoch::Guard;
@@ -78,6 +81,105 @@ impl BTree {
             self.replace_slot(n, slot, existed, key, value, 0, guard);
             writes.next();
             applied += 1;
+        }
+        Ok(applied)
+    }
+}
+
+impl BTree {
+    /// [`BTree::update_chain`] (with no room reserved) of every item of `items`, sorted by
+    /// `key` with each key at most once: `f` sees each item's slot under its leaf's exclusive
+    /// latch and says what to make of it; then `done` gets the item and the outcome, once the
+    /// latch is released (so `done` may take other latches). A run of items in one leaf shares
+    /// one descent and one latch. The epoch is pinned per run, not across the whole call; `done`
+    /// runs unpinned after a run of several items (it pins as it needs, and a pin of its own
+    /// per item lets the epoch collector free garbage as the pass goes) and still pinned after
+    /// a run of one (one pin per item, as the one-key call).
+    pub(crate) fn update_chains_sorted<T, R>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        key: impl Fn(&T) -> &[u8],
+        mut f: impl FnMut(&T, Current<'_>) -> (Change, R),
+        mut done: impl FnMut(T, Result<(Applied, R)>),
+    ) {
+        let mut items = items.into_iter().peekable();
+        let mut outcomes = Vec::new();
+        while let Some(first) = items.peek() {
+            let mut guard = Some(crossbeam_epoch::pin());
+            let ran = match &guard {
+                Some(guard) if self.check_key(key(first)).is_ok() => {
+                    self.chain_run(&mut items, &key, &mut f, &mut outcomes, guard)
+                }
+                _ => Ok(0),
+            };
+            if outcomes.len() > 1 {
+                // Unpinned, so that `done`'s own pins count towards the epoch's collection:
+                // one pin per run instead of per item would let garbage pile up.
+                guard = None;
+            }
+            for (item, outcome) in outcomes.drain(..) {
+                done(item, Ok(outcome));
+            }
+            drop(guard);
+            match ran {
+                Ok(0) | Err(Abort::Fail(_)) => {
+                    // The first item needs the one-key path (a split, say; or an error it
+                    // reports).
+                    let item = items.next().expect("peeked");
+                    let outcome = self.update_chain(key(&item), 0, |current| f(&item, current));
+                    done(item, outcome);
+                }
+                Ok(_) => {}
+                Err(Abort::Restart) => self.count_restart(),
+            }
+        }
+    }
+
+    /// Applies `f` to the items from the next one on while they fall in its leaf and need no
+    /// split, pushing each with its outcome to `outcomes`; returns how many.
+    fn chain_run<T, R>(
+        &self,
+        items: &mut Peekable<impl Iterator<Item = T>>,
+        key: &impl Fn(&T) -> &[u8],
+        f: &mut impl FnMut(&T, Current<'_>) -> (Change, R),
+        outcomes: &mut Vec<(T, (Applied, R))>,
+        guard: &Guard,
+    ) -> Result<usize, Abort> {
+        let Some(first) = items.peek() else { return Ok(0) };
+        let _gate = self.pool.enter_write();
+        let (at, _parent) = self.descend_to_write(key(first), guard)?;
+        let n = NodeRef::new(at.page());
+        let _x = at.version.into_exclusive()?;
+        let reserve = self.chain_room(0);
+        let (layout, pf) = (self.layout, self.prefetch_depth());
+        let start = outcomes.len();
+        while let Some(item) = items.peek() {
+            let k = key(item);
+            // The first item is in the leaf it led to (and the caller checked its key).
+            let later = outcomes.len() > start;
+            if later && (!n.below_upper_fence(k) || self.check_key(k).is_err()) {
+                break;
+            }
+            if matches!(self.room(n, k.len(), reserve), Room::Split) {
+                break;
+            }
+            let (slot, existed) = n.find(k, layout, pf);
+            let mut call = Some(|current: Current<'_>| f(item, current));
+            let outcome = match self.change_slot(n, slot, existed, k, reserve, &mut call, guard) {
+                Ok(outcome) => outcome,
+                // Nothing was changed for this item (its closure was not called): the items
+                // before it are done, it goes through the one-key path.
+                Err(_) if later => break,
+                Err(abort) => return Err(abort),
+            };
+            outcomes.push((items.next().expect("peeked"), outcome));
+        }
+        let applied = outcomes.len() - start;
+        let underfull = applied > 0 && self.underfull(n);
+        drop(_x);
+        if underfull {
+            let (last, _) = outcomes.last().expect("applied");
+            self.merge_upwards(key(last), guard);
         }
         Ok(applied)
     }

@@ -21,7 +21,8 @@
 //!   array (branchy or branch-free binary search), or a per-node search array in Eytzinger or
 //!   B-tree order, with a software-prefetch pipeline of depth 0, 1 or 2, changeable at run time.
 //! * Large values live in overflow pages (`overflow.rs`).
-//! * Sorted batches of writes (log replay) are applied leaf by leaf (`batch.rs`).
+//! * Sorted batches are applied leaf by leaf (`batch.rs`): writes in log replay, chain updates
+//!   in the version collector's passes.
 //!
 //! # Invariants
 //! 1. **Key order.** Within a node, slots are strictly increasing by key; a node's keys lie in

@@ -186,6 +186,13 @@ impl<'a> NodeRef<'a> {
         self.upper_fence_into(&mut fence).then_some(fence)
     }
 
+    /// Whether `key` is below the upper fence (always, for +inf), compared in place.
+    pub(crate) fn below_upper_fence(self, key: &[u8]) -> bool {
+        self.page.u16_at(H_FLAGS) & FENCE_UPPER == 0
+            || self.page.compare(self.page.u16_at(H_UPPER_OFF).into(), self.page.u16_at(H_UPPER_LEN).into(), key)
+                == std::cmp::Ordering::Greater
+    }
+
     /// Appends the lower fence to `out`; false (nothing appended) for -inf.
     pub(crate) fn lower_fence_into(self, out: &mut Vec<u8>) -> bool {
         let has = self.page.u16_at(H_FLAGS) & FENCE_LOWER != 0;

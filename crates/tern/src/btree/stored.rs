@@ -135,7 +135,7 @@ impl BTree {
 
     /// The record size of a chain that keeps room for a `reserve`-byte value: values too large
     /// to sit in a leaf stay in the chain, so no room is kept for them.
-    fn chain_room(&self, reserve: usize) -> usize {
+    pub(super) fn chain_room(&self, reserve: usize) -> usize {
         if reserve > self.max_inline() {
             8
         } else {
@@ -158,6 +158,25 @@ impl BTree {
             return Err(Abort::Restart);
         }
         let _x = at.version.into_exclusive()?;
+        let (applied, r) = self.change_slot(n, slot, existed, key, reserve, f, guard)?;
+        Ok((applied, r, self.underfull(n)))
+    }
+
+    /// Shows `f` the content of `slot` (`existed`: it holds `key`) of leaf `n`, which the
+    /// caller holds exclusively with room for a chain record of `reserve` bytes, and applies the
+    /// change `f` returns ([`BTree::update_chain`]). `f` is taken only once nothing can fail
+    /// any more (a restart before that leaves it for the retry).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn change_slot<R, F: FnOnce(Current<'_>) -> (Change, R)>(
+        &self,
+        n: NodeRef<'_>,
+        slot: usize,
+        existed: bool,
+        key: &[u8],
+        reserve: usize,
+        f: &mut Option<F>,
+        guard: &Guard,
+    ) -> Result<(Applied, R), Abort> {
         let v = if existed { n.value_ref(slot) } else { ValueRef { off: 0, len: 0, flags: 0 } };
         let mut plain = Vec::new();
         let current = if !existed {
@@ -205,7 +224,7 @@ impl BTree {
                 Applied::Yes
             }
         };
-        Ok((applied, r, self.underfull(n)))
+        Ok((applied, r))
     }
 
     /// Puts `key` → `value` (with `flags`) at `slot`, replacing the slot if `existed`. The

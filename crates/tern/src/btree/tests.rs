@@ -198,6 +198,125 @@ proptest! {
     }
 }
 
+/// A slot's content in the model of [`update_chains_sorted_against_model`].
+#[derive(Clone, Debug, PartialEq)]
+enum Held {
+    Plain(Vec<u8>),
+    Chain(u64),
+}
+
+/// The change a test makes of a slot: decided by a hash of the key, the round and what the
+/// slot holds, so that every kind of change meets every kind of slot.
+fn test_change(key: &[u8], round: u64, current: &Option<Held>) -> stored::Change {
+    use stored::Change;
+    let h = key
+        .iter()
+        .fold(round.wrapping_mul(0x9E37_79B9_7F4A_7C15), |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3));
+    let value = |h: u64| vec![(h >> 8) as u8; (h % 7 * (h >> 16) % 1500) as usize];
+    match (current, h % 4) {
+        (None, 0) => Change::Keep,
+        (None, 1 | 2) => Change::Chain(h >> 4),
+        (None, _) => Change::Plain(value(h)),
+        (Some(Held::Plain(_)), 0) => Change::Remove,
+        (Some(Held::Plain(_)), 1) => Change::Keep,
+        (Some(Held::Plain(_)), _) => Change::Chain(h >> 4),
+        (Some(Held::Chain(_)), 0) => Change::Remove,
+        (Some(Held::Chain(id)), 1) => Change::Chain(id + 1),
+        (Some(Held::Chain(_)), _) => Change::Plain(value(h)),
+    }
+}
+
+/// Rounds of `update_chains_sorted` over sorted sets of keys, against a map that applies each
+/// change the tree reports applied; `f` must see what the map holds, and the tree must hold
+/// what the map holds afterwards.
+fn update_chains_sorted_against_model(
+    t: &BTree,
+    before: &[(Vec<u8>, Vec<u8>)],
+    rounds: &[Vec<Vec<u8>>],
+) -> Result<(), TestCaseError> {
+    use stored::{Applied, Change, Current};
+    let mut model: BTreeMap<Vec<u8>, Held> = BTreeMap::new();
+    for (k, v) in before {
+        t.upsert(k, v).unwrap();
+        model.insert(k.clone(), Held::Plain(v.clone()));
+    }
+    for (round, keys) in rounds.iter().enumerate() {
+        let keys: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
+        let mut outcomes = Vec::new();
+        let mut mismatch = None;
+        t.update_chains_sorted(
+            keys.iter().copied(),
+            |k| k,
+            |k, current| {
+                let seen = match current {
+                    Current::Absent => None,
+                    Current::Plain(v) => Some(Held::Plain(v.to_vec())),
+                    Current::Chain(id) => Some(Held::Chain(id)),
+                };
+                if seen != model.get(*k).cloned() && mismatch.is_none() {
+                    mismatch = Some(format!("{k:?}: f saw {seen:?}, the model holds {:?}", model.get(*k)));
+                }
+                (test_change(k, round as u64, &seen), seen)
+            },
+            |k, outcome| outcomes.push((k.clone(), outcome)),
+        );
+        prop_assert!(mismatch.is_none(), "{}", mismatch.unwrap());
+        prop_assert_eq!(outcomes.len(), keys.len(), "every item is done once");
+        let done: Vec<&Vec<u8>> = outcomes.iter().map(|(k, _)| k).collect();
+        prop_assert_eq!(done, keys.iter().copied().collect::<Vec<_>>(), "in key order");
+        for (k, outcome) in outcomes {
+            let (applied, seen) = outcome.map_err(|e| TestCaseError::fail(e.to_string()))?;
+            if applied != Applied::Yes {
+                prop_assert!(matches!(test_change(&k, round as u64, &seen), Change::Plain(_)), "{applied:?}");
+                continue;
+            }
+            match test_change(&k, round as u64, &seen) {
+                Change::Keep => {}
+                Change::Chain(id) => drop(model.insert(k, Held::Chain(id))),
+                Change::Plain(v) => drop(model.insert(k, Held::Plain(v))),
+                Change::Remove => drop(model.remove(&k)),
+            }
+        }
+        let checked = t.check().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(checked.keys, model.len());
+    }
+    let guard = crossbeam_epoch::pin();
+    let mut out = Vec::new();
+    for (k, held) in &model {
+        let got = match t.get_stored(k, &mut out, &guard).unwrap() {
+            Some(stored::Stored::Plain) => Some(Held::Plain(out.clone())),
+            Some(stored::Stored::Chain) => Some(Held::Chain(u64::from_le_bytes(out[..8].try_into().unwrap()))),
+            None => None,
+        };
+        prop_assert_eq!(got.as_ref(), Some(held), "{:?}", k);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Chains updated leaf by leaf (the version collector's passes) change what the one-key
+    /// call would, and the tree stays sound.
+    #[test]
+    fn chains_updated_in_sorted_runs_match_model(
+        shape in 0usize..SHAPES.len(),
+        before in proptest::collection::vec((key(), value()), 0..300),
+        rounds in proptest::collection::vec(proptest::collection::vec(key(), 0..300), 1..5),
+    ) {
+        update_chains_sorted_against_model(&tree(SHAPES[shape], 4096), &before, &rounds)?;
+    }
+
+    #[test]
+    fn chains_updated_in_sorted_runs_match_model_with_pages_evicted_all_the_time(
+        before in proptest::collection::vec((key(), value()), 0..200),
+        rounds in proptest::collection::vec(proptest::collection::vec(key(), 0..200), 1..4),
+    ) {
+        let (_dir, t) = evicting_tree(SHAPES[3], 4096);
+        update_chains_sorted_against_model(&t, &before, &rounds)?;
+    }
+}
+
 #[test]
 fn grows_and_shrinks_through_splits_and_merges_in_every_layout() {
     for layout in SHAPES {

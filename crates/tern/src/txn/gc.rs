@@ -3,7 +3,8 @@
 //! Every write commit queues the keys it wrote (one queue per shard of threads, so committers do
 //! not share a lock). When a shard's queue has doubled since its last pass, the committing thread
 //! collects it: it reads the running snapshots one slot at a time (`context::active_snapshots`:
-//! begins and commits go on meanwhile), then, for each queued key, under its leaf latch:
+//! begins and commits go on meanwhile), then, for each queued key in key order, under its leaf
+//! latch (one latch for the run of keys that fall in one leaf, `BTree::update_chains_sorted`):
 //!
 //! * **prunes** every version no running snapshot sees: a version stays if it is the newest, if
 //!   it committed after the scan started (snapshots taken since may need it), or if it is the
@@ -119,42 +120,55 @@ pub(crate) fn collect<'t>(
     let mut items = items;
     items.sort_unstable_by(|a, b| (a.table, &a.key).cmp(&(b.table, &b.key)));
     items.dedup_by(|a, b| a.table == b.table && a.key == b.key);
-    for item in items {
-        let Some(tree) = tree(item.table) else { continue };
-        let guard = crossbeam_epoch::pin();
-        let outcome = tree.update_chain(&item.key, 0, |current| match current {
-            Current::Chain(id) => {
-                let head = chains.head(id);
-                // SAFETY: the chain is in the tree and we hold its leaf exclusively: nobody
-                // else changes it, and it is allocated.
-                let pruned = unsafe { prune(head, &snapshots, horizon, &guard) };
-                // SAFETY: as above.
-                let change = unsafe { fold(head, oldest) };
-                let folding = change != Change::Keep;
-                (change, Some((pruned, (id, head), folding)))
-            }
-            _ => (Change::Keep, None),
-        });
-        match outcome {
-            Ok((_, None)) => {} // a plain value or nothing: done
-            Ok((applied, Some((pruned, (id, head), folding)))) => {
-                done.pruned += pruned;
-                match applied {
-                    Applied::Yes if folding => {
-                        done.folded += 1;
-                        // SAFETY: the slot no longer holds the chain (replaced under the
-                        // latch), whose only version was the head.
-                        unsafe { retire(head, &guard) };
-                        chains.release(id, &guard);
-                    }
-                    // One version everyone sees, too large for a leaf: it stays a version, and
-                    // there is nothing left to collect.
-                    Applied::TooLarge => done.oversized += 1,
-                    _ => rest.push(item),
+    // One table's run of items at a time, leaf by leaf within it.
+    let mut items = items.into_iter().peekable();
+    while let Some(table) = items.peek().map(|item| item.table) {
+        let run = std::iter::from_fn(|| items.next_if(|item| item.table == table));
+        let Some(tree) = tree(table) else {
+            run.for_each(drop);
+            continue;
+        };
+        tree.update_chains_sorted(
+            run,
+            |item| &item.key,
+            |_, current| match current {
+                Current::Chain(id) => {
+                    // Pinned already (per run): this only borrows the epoch.
+                    let guard = crossbeam_epoch::pin();
+                    let head = chains.head(id);
+                    // SAFETY: the chain is in the tree and we hold its leaf exclusively: nobody
+                    // else changes it, and it is allocated.
+                    let pruned = unsafe { prune(head, &snapshots, horizon, &guard) };
+                    // SAFETY: as above.
+                    let change = unsafe { fold(head, oldest) };
+                    let folding = change != Change::Keep;
+                    (change, Some((pruned, (id, head), folding)))
                 }
-            }
-            Err(_) => rest.push(item),
-        }
+                _ => (Change::Keep, None),
+            },
+            |item, outcome| match outcome {
+                Ok((_, None)) => {} // a plain value or nothing: done
+                Ok((applied, Some((pruned, (id, head), folding)))) => {
+                    done.pruned += pruned;
+                    match applied {
+                        Applied::Yes if folding => {
+                            done.folded += 1;
+                            let guard = crossbeam_epoch::pin();
+                            // SAFETY: the slot no longer holds the chain (replaced under the
+                            // latch), whose only version was the head; the head is still
+                            // allocated (only this pass, which folded it, frees it).
+                            unsafe { retire(head, &guard) };
+                            chains.release(id, &guard);
+                        }
+                        // One version everyone sees, too large for a leaf: it stays a version,
+                        // and there is nothing left to collect.
+                        Applied::TooLarge => done.oversized += 1,
+                        _ => rest.push(item),
+                    }
+                }
+                Err(_) => rest.push(item),
+            },
+        );
     }
     done.remaining = rest.len();
     (rest, done)
