@@ -35,6 +35,7 @@
 use super::search::{self, Layout};
 use crate::buffer::page::{head_of, Page};
 use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Samples of the slot array in the hint array.
 pub(crate) const HINTS: usize = 16;
@@ -582,14 +583,16 @@ impl<'a> NodeRef<'a> {
     fn move_slots(self, from: usize, to: usize, count: usize) {
         let (words_from, words_to) = ((HEADER + SLOT * from) / 8, (HEADER + SLOT * to) / 8);
         let n = count * SLOT / 8;
+        let (lo, hi) = (words_from.min(words_to), words_from.max(words_to) + n);
+        // One range check for the whole move (slot arrays always lie within the page).
+        let Some(ws) = self.page.words().get(lo..hi) else { return };
+        // The two ranges overlap; shared references to atomics may.
+        let (src, dst) = (&ws[words_from - lo..][..n], &ws[words_to - lo..][..n]);
+        let copy = |(s, d): (&AtomicU64, &AtomicU64)| d.store(s.load(Relaxed), Relaxed);
         if to > from {
-            for k in (0..n).rev() {
-                self.page.set_word(words_to + k, self.page.word(words_from + k));
-            }
+            src.iter().rev().zip(dst.iter().rev()).for_each(copy);
         } else {
-            for k in 0..n {
-                self.page.set_word(words_to + k, self.page.word(words_from + k));
-            }
+            src.iter().zip(dst).for_each(copy);
         }
     }
 
@@ -841,6 +844,88 @@ impl Entry {
     }
 }
 
+/// What [`build`] needs of an entry: an owned [`Entry`] or an [`EntryRef`] into a buffer.
+pub(crate) trait EntryView {
+    /// The full key.
+    fn key(&self) -> &[u8];
+    /// The value bytes (leaf).
+    fn value(&self) -> &[u8];
+    /// The value's flags (leaf).
+    fn flags(&self) -> u16;
+    /// The child id (inner).
+    fn child(&self) -> u32;
+}
+
+impl EntryView for Entry {
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+    fn value(&self) -> &[u8] {
+        &self.value
+    }
+    fn flags(&self) -> u16 {
+        self.flags
+    }
+    fn child(&self) -> u32 {
+        self.child
+    }
+}
+
+/// An entry whose key and value are slices of one buffer ([`read_refs`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EntryRef<'b> {
+    pub key: &'b [u8],
+    pub value: &'b [u8],
+    pub flags: u16,
+    pub child: u32,
+}
+
+impl EntryView for EntryRef<'_> {
+    fn key(&self) -> &[u8] {
+        self.key
+    }
+    fn value(&self) -> &[u8] {
+        self.value
+    }
+    fn flags(&self) -> u16 {
+        self.flags
+    }
+    fn child(&self) -> u32 {
+        self.child
+    }
+}
+
+/// Every entry of `node`, in order, read into `buf` (cleared first) with one allocation for
+/// all of them, not two per entry as [`Entry::read_all`]: what a split works from.
+pub(crate) fn read_refs<'b>(node: NodeRef<'_>, buf: &'b mut Vec<u8>) -> Vec<EntryRef<'b>> {
+    buf.clear();
+    let leaf = node.is_leaf();
+    // (key start, key end, value end, flags, child) per entry, then slices of the filled buffer.
+    let mut spans = Vec::with_capacity(node.count());
+    for i in 0..node.count() {
+        let start = buf.len();
+        node.prefix_into(buf);
+        if leaf {
+            let prefix = buf.len() - start;
+            let (suffix, flags) = node.record_into(i, buf);
+            spans.push((start, start + prefix + suffix, buf.len(), flags, 0));
+        } else {
+            node.page.read_into(node.key_off(i), node.key_len(i), buf);
+            spans.push((start, buf.len(), buf.len(), 0, node.child(i)));
+        }
+    }
+    let buf = &buf[..];
+    spans
+        .into_iter()
+        .map(|(start, key_end, end, flags, child)| EntryRef {
+            key: &buf[start..key_end],
+            value: &buf[key_end..end],
+            flags,
+            child,
+        })
+        .collect()
+}
+
 /// The prefix shared by every key in `[lower, upper)`: the fences' common prefix, when both
 /// exist.
 pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> usize {
@@ -851,10 +936,10 @@ pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> u
 }
 
 /// Bytes a node built from `spec` and `entries` needs (header included).
-pub(crate) fn required_space(spec: &NodeSpec<'_>, entries: &[Entry], layout: Layout) -> usize {
+pub(crate) fn required_space<E: EntryView>(spec: &NodeSpec<'_>, entries: &[E], layout: Layout) -> usize {
     let prefix = common_prefix_len(spec.lower, spec.upper);
     let fences = spec.lower.map_or(0, <[u8]>::len) + spec.upper.map_or(0, <[u8]>::len);
-    let records: usize = entries.iter().map(|e| e.key.len() - prefix + e.value.len()).sum();
+    let records: usize = entries.iter().map(|e| e.key().len() - prefix + e.value().len()).sum();
     let search = search_bytes(layout, entries.len());
     HEADER + SLOT * entries.len() + records + fences + search
 }
@@ -862,7 +947,7 @@ pub(crate) fn required_space(spec: &NodeSpec<'_>, entries: &[Entry], layout: Lay
 /// Writes a fresh node into `page` (which the caller holds exclusively, or owns): header,
 /// fences, records and slots, and the search array. The entries must fit
 /// ([`required_space`]) and lie in `[lower, upper)`.
-pub(crate) fn build(page: &Page, spec: &NodeSpec<'_>, entries: &[Entry], layout: Layout, hints: bool) {
+pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E], layout: Layout, hints: bool) {
     let scratch = Page::boxed(page.size());
     let node = NodeRef::new(&scratch);
     scratch.set_uint(H_KIND, 1, u64::from(spec.leaf));
@@ -891,12 +976,13 @@ pub(crate) fn build(page: &Page, spec: &NodeSpec<'_>, entries: &[Entry], layout:
     let prefix = common_prefix_len(spec.lower, spec.upper);
     scratch.set_u16(H_PREFIX, prefix as u16);
     for (i, e) in entries.iter().enumerate() {
-        debug_assert!(e.key.len() >= prefix);
-        let suffix = &e.key[prefix..];
-        let off = node.alloc(suffix.len() + e.value.len(), 1).expect("required_space checked by the caller");
+        let (key, value) = (e.key(), e.value());
+        debug_assert!(key.len() >= prefix);
+        let suffix = &key[prefix..];
+        let off = node.alloc(suffix.len() + value.len(), 1).expect("required_space checked by the caller");
         scratch.write(off, suffix);
-        scratch.write(off + suffix.len(), &e.value);
-        let payload = if spec.leaf { e.value.len() as u32 | u32::from(e.flags) << 16 } else { e.child };
+        scratch.write(off + suffix.len(), value);
+        let payload = if spec.leaf { value.len() as u32 | u32::from(e.flags()) << 16 } else { e.child() };
         node.set_count(i + 1);
         node.write_slot(i, head_of(suffix), off, suffix.len(), payload);
     }
@@ -922,6 +1008,34 @@ mod tests {
     }
 
     const LAYOUTS: [Layout; 4] = [Layout::Sorted, Layout::BranchFree, Layout::Eytzinger, Layout::BTree];
+
+    #[test]
+    fn entries_read_into_one_buffer_are_the_entries() {
+        for layout in LAYOUTS {
+            let keys: [&[u8]; 5] = [b"pre-a", b"pre-bb", b"pre-c", b"pre-d\xff", b"pre-zzzzzzzzzzzzzzzzzz"];
+            let page = leaf(Some(b"pre-"), Some(b"pre-~"), &keys, layout);
+            let inner = Page::boxed(4096);
+            let spec = NodeSpec { leaf: false, level: 1, lower: None, upper: None, upper_child: 9 };
+            let children: Vec<Entry> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| Entry { key: k.to_vec(), value: Vec::new(), flags: 0, child: 100 + i as u32 })
+                .collect();
+            build(&inner, &spec, &children, layout, true);
+            let mut buf = b"left over".to_vec();
+            for page in [&page, &inner] {
+                let node = NodeRef::new(page);
+                let owned = Entry::read_all(node);
+                let refs = read_refs(node, &mut buf);
+                assert_eq!(owned.len(), keys.len());
+                let as_owned: Vec<Entry> = refs
+                    .iter()
+                    .map(|e| Entry { key: e.key.to_vec(), value: e.value.to_vec(), flags: e.flags, child: e.child })
+                    .collect();
+                assert_eq!(as_owned, owned, "{layout:?}");
+            }
+        }
+    }
 
     #[test]
     fn search_finds_lower_and_upper_bounds_in_every_layout() {

@@ -213,7 +213,7 @@ impl BTree {
         let gate = tree.pool.enter_write();
         let (pid, root) = tree.alloc(Kind::Leaf)?;
         let spec = NodeSpec { leaf: true, level: 0, lower: None, upper: None, upper_child: 0 };
-        node::build(root.page(), &spec, &[], tree.layout, tree.hints);
+        node::build::<Entry>(root.page(), &spec, &[], tree.layout, tree.hints);
         drop(root);
         tree.root.store(pid, Release);
         drop(gate);
@@ -619,7 +619,7 @@ impl BTree {
     }
 
     /// Rewrites `n` from `entries` with its own fences (the caller holds it exclusively).
-    pub(crate) fn rebuild(&self, n: NodeRef<'_>, entries: &[Entry]) {
+    pub(crate) fn rebuild<E: node::EntryView>(&self, n: NodeRef<'_>, entries: &[E]) {
         let (lower, upper) = (n.lower_fence(), n.upper_fence());
         let spec = NodeSpec {
             leaf: n.is_leaf(),
@@ -644,7 +644,8 @@ impl BTree {
         let n = NodeRef::new(at.page());
         if let Room::AfterRebuild = room {
             let _x = at.version.into_exclusive()?;
-            self.rebuild(n, &Entry::read_all(n));
+            let mut buf = Vec::with_capacity(self.pool.page_size());
+            self.rebuild(n, &node::read_refs(n, &mut buf));
             return Ok(());
         }
         match parent {
@@ -678,13 +679,14 @@ impl BTree {
                 }
             },
         };
-        let entries = Entry::read_all(n);
+        let mut buf = Vec::with_capacity(self.pool.page_size());
+        let entries = node::read_refs(n, &mut buf);
         let (lower, upper) = (n.lower_fence(), n.upper_fence());
         let mid = split_point(&entries);
         let (separator, left_upper_child, right_entries) = if leaf {
-            (shortest_separator(&entries[mid - 1].key, &entries[mid].key), 0, &entries[mid..])
+            (shortest_separator(entries[mid - 1].key, entries[mid].key), 0, &entries[mid..])
         } else {
-            (entries[mid].key.clone(), entries[mid].child, &entries[mid + 1..])
+            (entries[mid].key.to_vec(), entries[mid].child, &entries[mid + 1..])
         };
         let right_spec = NodeSpec {
             leaf,
@@ -961,8 +963,8 @@ pub struct TreeShape {
 }
 
 /// Where to split `entries`: the first index of the right half, balancing bytes (1..len).
-fn split_point(entries: &[Entry]) -> usize {
-    let size = |e: &Entry| node::SLOT + e.key.len() + e.value.len();
+fn split_point<E: node::EntryView>(entries: &[E]) -> usize {
+    let size = |e: &E| node::SLOT + e.key().len() + e.value().len();
     let total: usize = entries.iter().map(size).sum();
     let mut acc = 0;
     for (i, e) in entries.iter().enumerate() {

@@ -96,7 +96,15 @@ impl Page {
     }
 
     /// Writes the low `len <= 8` bytes of `v` at `off` (exclusive holders only).
+    #[inline]
     pub(crate) fn set_uint(&self, off: usize, len: usize, v: u64) {
+        // A field within one word (every header field): one masked store.
+        if off % 8 + len <= 8 && len < 8 {
+            let (w, shift) = (off / 8, off % 8 * 8);
+            let mask = ((1u64 << (len * 8)) - 1) << shift;
+            self.set_word(w, (self.word(w) & !mask) | ((v << shift) & mask));
+            return;
+        }
         self.write(off, &v.to_le_bytes()[..len]);
     }
 
@@ -142,20 +150,43 @@ impl Page {
 
     /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
     pub(crate) fn write(&self, off: usize, bytes: &[u8]) {
-        let mut i = 0;
-        while i < bytes.len() {
-            let (w, start) = ((off + i) / 8, (off + i) % 8);
-            let take = (8 - start).min(bytes.len() - i);
-            if start == 0 && take == 8 {
-                let v = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
-                self.set_word(w, v);
-            } else {
-                let mut word = self.word(w).to_le_bytes();
-                word[start..start + take].copy_from_slice(&bytes[i..i + take]);
-                self.set_word(w, u64::from_le_bytes(word));
-            }
-            i += take;
+        // The head up to a word boundary, then whole words, then the tail: whole words are
+        // plain stores (records are written on every insert and every fold).
+        let head = ((8 - off % 8) % 8).min(bytes.len());
+        let (first, rest) = bytes.split_at(head);
+        if !first.is_empty() {
+            self.write_within(off / 8, off % 8, first);
         }
+        let start = off / 8 + (off % 8 + head) / 8;
+        let chunks = rest.chunks_exact(8);
+        let tail = chunks.remainder();
+        let whole = rest.len() / 8;
+        match self.words.get(start..start.saturating_add(whole)) {
+            Some(ws) => {
+                for (w, c) in ws.iter().zip(chunks) {
+                    w.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Relaxed);
+                }
+            }
+            // Past the end (a caller's garbage range): what fits.
+            None => {
+                for (i, c) in chunks.enumerate() {
+                    self.set_word(start + i, u64::from_le_bytes(c.try_into().expect("8 bytes")));
+                }
+            }
+        }
+        if !tail.is_empty() {
+            self.write_within(start.saturating_add(whole), 0, tail);
+        }
+    }
+
+    /// Writes `bytes` (at most 8 - `at`) into word `w` from byte `at` on, keeping its other
+    /// bytes.
+    #[inline]
+    fn write_within(&self, w: usize, at: usize, bytes: &[u8]) {
+        debug_assert!(at + bytes.len() <= 8);
+        let mut word = self.word(w).to_le_bytes();
+        word[at..at + bytes.len()].copy_from_slice(bytes);
+        self.set_word(w, u64::from_le_bytes(word));
     }
 
     /// Copies every word of `other` (same size) into this page (exclusive holders only).
@@ -286,6 +317,21 @@ mod tests {
     }
 
     #[test]
+    fn fields_set_within_a_word_keep_their_neighbours() {
+        let p = Page::boxed(64);
+        p.write(0, &[0xEE; 64]);
+        for (off, len) in [(0, 1), (1, 2), (3, 4), (4, 4), (6, 2), (7, 1), (9, 7), (13, 3), (20, 8), (22, 6)] {
+            p.set_uint(off, len, 0x0102_0304_0506_0708);
+            let mut out = Vec::new();
+            p.read_into(0, 64, &mut out);
+            let mut want = [0xEE; 64];
+            want[off..off + len].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes()[..len]);
+            assert_eq!(out, want, "off {off} len {len}");
+            p.write(off, &vec![0xEE; len]);
+        }
+    }
+
+    #[test]
     fn garbage_offsets_and_lengths_never_panic() {
         let p = Page::boxed(64);
         let mut out = Vec::new();
@@ -301,6 +347,12 @@ mod tests {
         assert_eq!(p.load8(usize::MAX - 7), 0);
         p.write(62, b"abcd"); // the part past the end is dropped
         assert_eq!(p.u16_at(62), u16::from_le_bytes(*b"ab"));
+        // Whole words past the end, and offsets whose sum overflows: dropped.
+        p.write(40, &[7; 40]);
+        assert_eq!(p.word(7), u64::from_le_bytes([7; 8]));
+        p.write(usize::MAX - 3, &[1; 30]);
+        p.set_uint(usize::MAX - 1, 4, 5);
+        p.set_uint(1000, 2, 5);
         p.prefetch(usize::MAX);
     }
 }
