@@ -117,9 +117,7 @@ pub(crate) fn collect<'t>(
     let mut done = Collected::default();
     let mut rest = Vec::new();
     // In key order, once per key: neighbouring keys share leaves, which stay in the cache.
-    let mut items = items;
-    items.sort_unstable_by(|a, b| (a.table, &a.key).cmp(&(b.table, &b.key)));
-    items.dedup_by(|a, b| a.table == b.table && a.key == b.key);
+    let items = in_key_order(items);
     // One table's run of items at a time, leaf by leaf within it.
     let mut items = items.into_iter().peekable();
     while let Some(table) = items.peek().map(|item| item.table) {
@@ -172,6 +170,33 @@ pub(crate) fn collect<'t>(
     }
     done.remaining = rest.len();
     (rest, done)
+}
+
+/// `items` sorted by table and key, each (table, key) once. Sorted as (table, first 16 key
+/// bytes, position) triples in one array, the keys themselves compared only where their first
+/// 16 bytes tie: comparing the keys where they lie cost a cache miss per comparison (sorting a
+/// commit of 100,000 keys took a tenth of its load).
+fn in_key_order(items: Vec<Item>) -> Vec<Item> {
+    let head = |key: &[u8]| {
+        let mut bytes = [0u8; 16];
+        let n = key.len().min(16);
+        bytes[..n].copy_from_slice(&key[..n]);
+        // Zero-padded big-endian: heads that differ order their keys as the keys order.
+        u128::from_be_bytes(bytes)
+    };
+    let mut order: Vec<(u32, u128, usize)> =
+        items.iter().enumerate().map(|(i, item)| (item.table, head(&item.key), i)).collect();
+    order.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| items[a.2].key.cmp(&items[b.2].key)));
+    let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+    let mut sorted: Vec<Item> = Vec::with_capacity(slots.len());
+    for (_, _, i) in order {
+        let item = slots[i].take().expect("each position once");
+        if sorted.last().is_some_and(|last| last.table == item.table && last.key == item.key) {
+            continue;
+        }
+        sorted.push(item);
+    }
+    sorted
 }
 
 /// Unlinks the versions of the chain at `head` that no snapshot in `snapshots` (sorted, the
@@ -231,5 +256,33 @@ unsafe fn fold(head: *mut Version, oldest: u64) -> Change {
     match unsafe { v.value() } {
         Some(value) => Change::Plain(value.to_vec()),
         None => Change::Remove,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The order a pass collects in is (table, key) order, each once: keys that tie on
+        /// their first 16 bytes (longer keys, shorter keys padded with zeros) included.
+        #[test]
+        fn items_come_in_key_order_once_each(
+            raw in proptest::collection::vec(
+                (0u32..3, prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..24),
+                    proptest::collection::vec(0u8..2, 0..20),
+                    (0u8..3).prop_map(|b| [&[7u8; 16][..], &[b][..]].concat()),
+                ]),
+                0..200,
+            ),
+        ) {
+            let items: Vec<Item> =
+                raw.iter().map(|(table, key)| Item { table: *table, key: key.clone().into_boxed_slice() }).collect();
+            let got: Vec<(u32, Vec<u8>)> = in_key_order(items).into_iter().map(|i| (i.table, i.key.into_vec())).collect();
+            let want: Vec<(u32, Vec<u8>)> = raw.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            prop_assert_eq!(got, want);
+        }
     }
 }
