@@ -93,8 +93,9 @@ impl BTree {
     /// latch is released (so `done` may take other latches). A run of items in one leaf shares
     /// one descent and one latch. The epoch is pinned per run, not across the whole call; `done`
     /// runs unpinned after a run of several items (it pins as it needs, and a pin of its own
-    /// per item lets the epoch collector free garbage as the pass goes) and still pinned after
-    /// a run of one (one pin per item, as the one-key call).
+    /// per item lets the epoch collector free garbage as the pass goes), still pinned after a
+    /// run of one (one pin per item, as the one-key call), and unpinned after an item that went
+    /// through the one-key call. `done` must pin for itself whatever it needs pinned.
     pub(crate) fn update_chains_sorted<T, R>(
         &self,
         items: impl IntoIterator<Item = T>,
@@ -157,6 +158,11 @@ impl BTree {
             let k = key(item);
             // The first item is in the leaf it led to (and the caller checked its key).
             let later = outcomes.len() > start;
+            // Sorted input is what keeps a later key above the leaf's lower fence.
+            debug_assert!(
+                !later || outcomes.last().is_some_and(|(prev, _)| key(prev) < k),
+                "items sorted by key, once each"
+            );
             if later && (!n.below_upper_fence(k) || self.check_key(k).is_err()) {
                 break;
             }

@@ -584,8 +584,11 @@ impl<'a> NodeRef<'a> {
         let (words_from, words_to) = ((HEADER + SLOT * from) / 8, (HEADER + SLOT * to) / 8);
         let n = count * SLOT / 8;
         let (lo, hi) = (words_from.min(words_to), words_from.max(words_to) + n);
-        // One range check for the whole move (slot arrays always lie within the page).
-        let Some(ws) = self.page.words().get(lo..hi) else { return };
+        // One range check for the whole move (slot arrays always lie within the page: the
+        // callers hold the node exclusively and pass valid ranges).
+        let ws = self.page.words().get(lo..hi);
+        debug_assert!(ws.is_some(), "slots {from}..{} moved to {to} lie within the page", from + count);
+        let Some(ws) = ws else { return };
         // The two ranges overlap; shared references to atomics may.
         let (src, dst) = (&ws[words_from - lo..][..n], &ws[words_to - lo..][..n]);
         let copy = |(s, d): (&AtomicU64, &AtomicU64)| d.store(s.load(Relaxed), Relaxed);

@@ -7,9 +7,9 @@
 //!
 //! # Invariants
 //! 1. An id is **live** from [`Chains::create`] until the slot that held it stops holding it
-//!    and [`Chains::release`] is called (under the leaf's exclusive latch, by whoever removed it
-//!    from the slot). Its head changes only under that leaf's exclusive latch
-//!    ([`Chains::set_head`]).
+//!    and [`Chains::release`] is called (after the slot stopped holding it, by whoever removed
+//!    it from the slot: only they can reach it then). Its head changes only under that leaf's
+//!    exclusive latch ([`Chains::set_head`]).
 //! 2. A released id keeps its head, tagged as released, until every thread pinned when it was
 //!    released has unpinned (crossbeam-epoch); only then is it cleared and handed out again. So
 //!    a reader that found the id in a leaf it then validated, while pinned, reads the chain the
