@@ -106,22 +106,19 @@ impl BTree {
         let mut items = items.into_iter().peekable();
         let mut outcomes = Vec::new();
         while let Some(first) = items.peek() {
-            let mut guard = Some(crossbeam_epoch::pin());
-            let ran = match &guard {
-                Some(guard) if self.check_key(key(first)).is_ok() => {
-                    self.chain_run(&mut items, &key, &mut f, &mut outcomes, guard)
-                }
-                _ => Ok(0),
+            let guard = crossbeam_epoch::pin();
+            let ran = if self.check_key(key(first)).is_ok() {
+                self.chain_run(&mut items, &key, &mut f, &mut outcomes, &guard)
+            } else {
+                Ok(0)
             };
-            if outcomes.len() > 1 {
-                // Unpinned, so that `done`'s own pins count towards the epoch's collection:
-                // one pin per run instead of per item would let garbage pile up.
-                guard = None;
-            }
+            // Unpinned after a run of several, so that `done`'s own pins count towards the
+            // epoch's collection: one pin per run instead of per item would let garbage pile up.
+            let pinned = (outcomes.len() <= 1).then_some(guard);
             for (item, outcome) in outcomes.drain(..) {
                 done(item, Ok(outcome));
             }
-            drop(guard);
+            drop(pinned);
             match ran {
                 Ok(0) | Err(Abort::Fail(_)) => {
                     // The first item needs the one-key path (a split, say; or an error it

@@ -907,15 +907,17 @@ pub(crate) fn read_refs<'b>(node: NodeRef<'_>, buf: &'b mut Vec<u8>) -> Vec<Entr
     let mut spans = Vec::with_capacity(node.count());
     for i in 0..node.count() {
         let start = buf.len();
-        node.prefix_into(buf);
-        if leaf {
-            let prefix = buf.len() - start;
+        let (key_end, flags, child) = if leaf {
+            // Key and value in one copy after the prefix.
+            node.prefix_into(buf);
+            let prefix_end = buf.len();
             let (suffix, flags) = node.record_into(i, buf);
-            spans.push((start, start + prefix + suffix, buf.len(), flags, 0));
+            (prefix_end + suffix, flags, 0)
         } else {
-            node.page.read_into(node.key_off(i), node.key_len(i), buf);
-            spans.push((start, buf.len(), buf.len(), 0, node.child(i)));
-        }
+            node.key_into(i, buf);
+            (buf.len(), 0, node.child(i))
+        };
+        spans.push((start, key_end, buf.len(), flags, child));
     }
     let buf = &buf[..];
     spans
