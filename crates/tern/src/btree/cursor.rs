@@ -488,6 +488,12 @@ fn prefetch_ahead(n: NodeRef<'_>, i: usize, count: usize, dir: Dir) {
 struct Copied {
     bytes: Vec<u8>,
     key_len: usize,
+    /// The leaf visit (page id, state word seen) whose node prefix `bytes` starts with, set
+    /// once a read from that visit validated, and the prefix's length: the next entry read
+    /// from the same visit keeps the prefix instead of copying it again (a visit's bytes
+    /// cannot change without its validation failing).
+    prefix_of: Option<(u32, u64)>,
+    prefix_len: usize,
 }
 
 impl Copied {
@@ -502,7 +508,8 @@ impl Copied {
 
 /// Copies entry `i` of `leaf` (`n`) into `to`, validated; false if `resolver` sees no value in
 /// it (a version chain with nothing visible). The key's stored part and an inline value lie
-/// back to back in the page and are copied in one go.
+/// back to back in the page and are copied in one go. Inlined: it runs once per row of a scan.
+#[inline(always)]
 fn read_entry<'t>(
     tree: &'t BTree,
     resolver: &impl Resolve,
@@ -515,14 +522,22 @@ fn read_entry<'t>(
     // A chain's id is read pinned: once the leaf validates, the id was in the tree while
     // pinned, so its chain is still allocated when it is resolved (invariant 1).
     let _guard = (flags & FLAG_CHAIN != 0).then(crossbeam_epoch::pin);
+    let visit = Some((leaf.pid, leaf.version.seen()));
     let bytes = &mut to.bytes;
-    bytes.clear();
-    n.prefix_into(bytes);
+    if to.prefix_of == visit {
+        bytes.truncate(to.prefix_len);
+    } else {
+        to.prefix_of = None;
+        bytes.clear();
+        n.prefix_into(bytes);
+        to.prefix_len = bytes.len();
+    }
     let prefix = bytes.len();
     let (suffix, flags) = n.record_into(i, bytes);
     to.key_len = (prefix + suffix).min(bytes.len());
     if flags & FLAG_CHAIN != 0 {
         leaf.version.validate()?;
+        to.prefix_of = visit;
         let mut id = [0u8; 8];
         let stored = &bytes[to.key_len..];
         id[..stored.len().min(8)].copy_from_slice(&stored[..stored.len().min(8)]);
@@ -538,12 +553,14 @@ fn read_entry<'t>(
                 return Err(Abort::Restart);
             };
             leaf.version.validate()?;
+            to.prefix_of = visit;
             tree.read_value(n, i, bytes)?;
             return Ok(true);
         }
         tree.read_value(n, i, bytes)?;
     }
     leaf.version.validate()?;
+    to.prefix_of = visit;
     Ok(true)
 }
 

@@ -32,6 +32,13 @@ impl<'p> PageRef<'p> {
         self.page
     }
 
+    /// The state word as the read found it: equal for two reads of the page only if nothing
+    /// changed it between them.
+    #[inline]
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen
+    }
+
     #[inline]
     fn state(&self) -> StateWord<'p> {
         self.pool.state_word_of(self.word)

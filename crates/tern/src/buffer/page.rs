@@ -11,6 +11,7 @@
 //! order on little-endian machines, and multi-byte fields are little-endian.
 
 use std::cmp::Ordering;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A page's memory: an unsized view of its words, so that a page can live inline at the end
@@ -119,33 +120,34 @@ impl Page {
     /// Appends the `len` bytes at `off` to `out` (bytes past the end read as zero; `len` is
     /// capped at the page size, so garbage lengths cannot exhaust memory).
     pub(crate) fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
-        // Values are read this way on every lookup, and a scan copies whole leaves through
-        // here, so only whole 8-byte stores, no copies of odd lengths: the first word shifted
-        // down by the offset's misalignment, then each next word 8 bytes on, each store
-        // overwriting the zeros the one before left at its top; 8 bytes of slack, cut after.
+        // Values are read this way on every lookup and every row of a scan, so only whole
+        // 8-byte stores into the vector's spare capacity (no zeroing first, no copies of odd
+        // lengths): the first word shifted down by the offset's misalignment, then each next
+        // word 8 bytes on, each store overwriting the zeros the one before left at its top;
+        // 8 bytes of slack, not counted in the length. A range within one word (a node prefix,
+        // a short key, a chain id) is the first store alone.
         let len = len.min(self.size());
         let (first, skip) = (off / 8, off % 8);
-        if skip + len <= 8 {
-            // Within one word (a node prefix, a short key, a chain id): one small append.
-            out.extend_from_slice(&self.word(first).to_le_bytes()[skip..skip + len]);
-            return;
-        }
         let start = out.len();
-        out.resize(start + len + 8, 0);
-        let dst = &mut out[start..];
-        dst[..8].copy_from_slice(&(self.word(first) >> (skip * 8)).to_le_bytes());
-        // Words 1.. of the range, each into the 8 bytes after the one before (the slack makes
-        // room for as many whole chunks as there are words).
+        out.reserve(len + 8);
+        let dst = &mut out.spare_capacity_mut()[..len + 8];
+        let put = |chunk: &mut [MaybeUninit<u8>], w: u64| chunk.copy_from_slice(&w.to_le_bytes().map(MaybeUninit::new));
+        put(&mut dst[..8], self.word(first) >> (skip * 8));
+        // Words 1.. of the range, each into the 8 bytes after the one before: as many whole
+        // chunks fit after the first store as the range has further words, since
+        // len + 8 - (8 - skip) = skip + len > 8 * (words - 1).
         let words = (skip + len).div_ceil(8);
-        let chunks = dst[8 - skip..].chunks_exact_mut(8);
+        let mut chunks = dst[8 - skip..].chunks_exact_mut(8);
         match self.words.get(first.saturating_add(1)..first.saturating_add(words)) {
-            Some(ws) => chunks.zip(ws).for_each(|(c, w)| c.copy_from_slice(&w.load(Relaxed).to_le_bytes())),
-            // Past the end (a garbage offset): the zeros `resize` wrote, and what words exist.
-            None => chunks
-                .zip(1..words)
-                .for_each(|(c, i)| c.copy_from_slice(&self.word(first.saturating_add(i)).to_le_bytes())),
+            Some(ws) => chunks.by_ref().zip(ws).for_each(|(c, w)| put(c, w.load(Relaxed))),
+            // Past the end (a garbage offset): the words that exist, then zeros.
+            None => (1..words).zip(chunks.by_ref()).for_each(|(i, c)| put(c, self.word(first.saturating_add(i)))),
         }
-        out.truncate(start + len);
+        // SAFETY: the stores above initialised dst[..8 - skip + 8 * (words - 1)] (dst[..8]
+        // when the range has one word or none), which covers dst[..len] since
+        // 8 * words >= skip + len; dst starts at `start`, and `reserve` made room for len + 8
+        // bytes there.
+        unsafe { out.set_len(start + len) };
     }
 
     /// Writes `bytes` at `off` (exclusive holders only; bytes past the end are dropped).
@@ -294,6 +296,31 @@ mod tests {
         p.set_u32(13, 0xDEAD_BEEF);
         assert_eq!(p.u32_at(13), 0xDEAD_BEEF);
         assert_eq!(p.u16_at(7), 0xBEEF, "neighbouring field untouched");
+    }
+
+    #[test]
+    fn reads_append_exactly_the_bytes_asked_for() {
+        // Every offset and length over a page and past its end, appended after what the vector
+        // holds, into spare capacity that still holds older bytes: the result is the prefix,
+        // then the page's bytes (zeros past the end), nothing more.
+        let p = Page::boxed(48);
+        let image: Vec<u8> = (0..48u32).map(|i| (i * 7 + 3) as u8).collect();
+        p.write(0, &image);
+        let model = |off: usize, len: usize| -> Vec<u8> {
+            (off..off + len.min(48)).map(|i| image.get(i).copied().unwrap_or(0)).collect()
+        };
+        for held in [0usize, 1, 5, 8, 13] {
+            for off in 0..60 {
+                for len in 0..60 {
+                    let mut out = vec![0xEE; held + 80];
+                    out.truncate(held);
+                    p.read_into(off, len, &mut out);
+                    let mut want = vec![0xEE; held];
+                    want.extend(model(off, len));
+                    assert_eq!(out, want, "held {held} off {off} len {len}");
+                }
+            }
+        }
     }
 
     #[test]
