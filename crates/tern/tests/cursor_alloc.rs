@@ -42,14 +42,20 @@ fn allocations() -> u64 {
 
 const ROWS: u32 = 20_000;
 
-#[test]
-fn a_cursor_scan_allocates_nothing_per_entry() {
+/// A database holding keys 0..ROWS (4 bytes, big-endian), each with 100 bytes of its low byte.
+fn loaded() -> Db {
     let db = Db::open_temporary(Options::default()).unwrap();
     let mut t = db.begin().unwrap();
     for i in 0..ROWS {
         t.put(&i.to_be_bytes(), &[i as u8; 100]).unwrap();
     }
     t.commit().unwrap();
+    db
+}
+
+#[test]
+fn a_cursor_scan_allocates_nothing_per_entry() {
+    let db = loaded();
     // Every other entry gets a second version while a reader holds the first: chains stay.
     let old = db.begin_read().unwrap();
     let mut t = db.begin().unwrap();
@@ -88,12 +94,7 @@ fn short_scans_reuse_the_buffers_of_cursors_dropped_before() {
     // A cursor per scan, as a YCSB E client opens one: once a first cursor has grown its
     // buffers and was dropped, the next ones take them over (bounds, entry copies, anchor)
     // instead of allocating, growing and freeing each.
-    let db = Db::open_temporary(Options::default()).unwrap();
-    let mut t = db.begin().unwrap();
-    for i in 0..ROWS {
-        t.put(&i.to_be_bytes(), &[i as u8; 100]).unwrap();
-    }
-    t.commit().unwrap();
+    let db = loaded();
     let txn = db.begin_read().unwrap();
     let scan = |from: u32| {
         let mut c = txn.cursor(&from.to_be_bytes()[..]..).unwrap();

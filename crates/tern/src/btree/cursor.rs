@@ -76,7 +76,7 @@ mod spare {
     }
 
     /// Buffers kept by this thread (for tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn kept() -> usize {
         SPARE.with(|s| s.borrow().len())
     }
