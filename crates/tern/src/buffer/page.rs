@@ -137,11 +137,11 @@ impl Page {
         // chunks fit after the first store as the range has further words, since
         // len + 8 - (8 - skip) = skip + len > 8 * (words - 1).
         let words = (skip + len).div_ceil(8);
-        let mut chunks = dst[8 - skip..].chunks_exact_mut(8);
+        let chunks = dst[8 - skip..].chunks_exact_mut(8);
         match self.words.get(first.saturating_add(1)..first.saturating_add(words)) {
-            Some(ws) => chunks.by_ref().zip(ws).for_each(|(c, w)| put(c, w.load(Relaxed))),
+            Some(ws) => chunks.zip(ws).for_each(|(c, w)| put(c, w.load(Relaxed))),
             // Past the end (a garbage offset): the words that exist, then zeros.
-            None => (1..words).zip(chunks.by_ref()).for_each(|(i, c)| put(c, self.word(first.saturating_add(i)))),
+            None => (1..words).zip(chunks).for_each(|(i, c)| put(c, self.word(first.saturating_add(i)))),
         }
         // SAFETY: the stores above initialised dst[..8 - skip + 8 * (words - 1)] (dst[..8]
         // when the range has one word or none), which covers dst[..len] since
