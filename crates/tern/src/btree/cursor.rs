@@ -12,8 +12,8 @@
 //!
 //! # Invariants
 //! 1. **Nothing unvalidated is returned.** An entry becomes the cursor's only after the leaf it
-//!    was read from validates (a version chain's id is read under an epoch pin, then the leaf
-//!    validated, so the chain is still allocated when it is resolved).
+//!    was read from validates (an epoch pin is taken before the leaf validates, and a version
+//!    chain's id is resolved under it, so the chain is still allocated when it is resolved).
 //! 2. **No entry is skipped or repeated.** When a validation fails (a writer changed the leaf or
 //!    the parent, or either was evicted), the move starts over from the root relative to the key
 //!    the cursor stands on: the first key above it (forward) or below it (backward); or, once
@@ -172,8 +172,8 @@ impl BTree {
             resolver,
             at: None,
             positioned: false,
-            entry: Copied::spare(),
-            cand: Copied::spare(),
+            copies: [Copied::spare(), Copied::spare()],
+            current: 0,
             anchor: spare::take(),
             resume: Anchor::First,
             crossed: false,
@@ -208,11 +208,12 @@ pub struct Cursor<'t, R: Resolve = Plain> {
     /// The leaf the current entry was read from; `None` after a move that had to start over or
     /// ended (the next move descends from the root).
     at: Option<At<'t>>,
-    /// Whether `entry` holds an entry.
+    /// Whether `copies[current]` holds an entry.
     positioned: bool,
-    entry: Copied,
-    /// A move's candidate entry, swapped with `entry` once it is the cursor's.
-    cand: Copied,
+    /// The current entry (`copies[current]`) and a move's candidate (the other one), which
+    /// becomes the current entry by flipping `current` once the move has read it.
+    copies: [Copied; 2],
+    current: usize,
     /// The key a positioning move is relative to (kept until the move succeeds: a retry
     /// starts from it again).
     anchor: Vec<u8>,
@@ -310,12 +311,18 @@ impl<'t, R: Resolve> Cursor<'t, R> {
 
     /// The current key, if positioned.
     pub fn key(&self) -> Option<&[u8]> {
-        self.positioned.then(|| self.entry.key())
+        self.entry().map(|(k, _)| k)
     }
 
     /// The current value, if positioned.
     pub fn value(&self) -> Option<&[u8]> {
-        self.positioned.then(|| self.entry.value())
+        self.entry().map(|(_, v)| v)
+    }
+
+    /// The current key and value, if positioned.
+    #[inline]
+    pub fn entry(&self) -> Option<(&[u8], &[u8])> {
+        self.positioned.then(|| self.copies[self.current & 1].split())
     }
 
     fn set_anchor(&mut self, key: &[u8], resume: Anchor) {
@@ -383,10 +390,11 @@ impl<'t, R: Resolve> Cursor<'t, R> {
             let i = if dir == Dir::Forward { at.slot + 1 } else { at.slot.wrapping_sub(1) };
             if i < count {
                 prefetch_ahead(n, i, count, dir);
-                match read_entry(self.tree, &self.resolver, &mut self.cand, &at.spot.leaf, n, i) {
+                let cand = &mut self.copies[(self.current ^ 1) & 1];
+                match read_entry(self.tree, &self.resolver, cand, &at.spot.leaf, n, i) {
                     Ok(true) => {
                         at.slot = i;
-                        std::mem::swap(&mut self.entry, &mut self.cand);
+                        self.current ^= 1;
                         return true;
                     }
                     // Nothing visible there: the general walk below goes on past it.
@@ -420,7 +428,7 @@ impl<'t, R: Resolve> Cursor<'t, R> {
         }
         // The current key becomes the anchor.
         self.anchor.clear();
-        self.anchor.extend_from_slice(self.entry.key());
+        self.anchor.extend_from_slice(self.copies[self.current & 1].key());
         self.resume = if dir == Dir::Forward { Anchor::After } else { Anchor::Before };
         self.position()
     }
@@ -429,7 +437,7 @@ impl<'t, R: Resolve> Cursor<'t, R> {
     fn settle(&mut self, found: Option<At<'t>>) -> bool {
         self.positioned = found.is_some();
         if self.positioned {
-            std::mem::swap(&mut self.entry, &mut self.cand);
+            self.current ^= 1;
         }
         self.at = found;
         self.positioned
@@ -457,7 +465,8 @@ impl<'t, R: Resolve> Cursor<'t, R> {
                 continue;
             };
             prefetch_ahead(n, i, count, dir);
-            if read_entry(self.tree, &self.resolver, &mut self.cand, &spot.leaf, n, i)? {
+            let cand = &mut self.copies[(self.current ^ 1) & 1];
+            if read_entry(self.tree, &self.resolver, cand, &spot.leaf, n, i)? {
                 return Ok(Some(At { spot, slot: i }));
             }
             from = if dir == Dir::Forward { i + 1 } else { i };
@@ -531,7 +540,8 @@ fn prefetch_ahead(n: NodeRef<'_>, i: usize, count: usize, dir: Dir) {
 
 impl<R: Resolve> Drop for Cursor<'_, R> {
     fn drop(&mut self) {
-        for buf in [&mut self.entry.bytes, &mut self.cand.bytes, &mut self.anchor, &mut self.fence] {
+        let [a, b] = &mut self.copies;
+        for buf in [&mut a.bytes, &mut b.bytes, &mut self.anchor, &mut self.fence] {
             spare::give(std::mem::take(buf));
         }
     }
@@ -557,11 +567,13 @@ impl Copied {
     }
 
     fn key(&self) -> &[u8] {
-        &self.bytes[..self.key_len]
+        self.split().0
     }
 
-    fn value(&self) -> &[u8] {
-        &self.bytes[self.key_len..]
+    /// The key and the value.
+    #[inline]
+    fn split(&self) -> (&[u8], &[u8]) {
+        self.bytes.split_at(self.key_len.min(self.bytes.len()))
     }
 }
 
@@ -577,10 +589,6 @@ fn read_entry<'t>(
     n: NodeRef<'t>,
     i: usize,
 ) -> Result<bool, Abort> {
-    let flags = n.value_ref(i).flags;
-    // A chain's id is read pinned: once the leaf validates, the id was in the tree while
-    // pinned, so its chain is still allocated when it is resolved (invariant 1).
-    let _guard = (flags & FLAG_CHAIN != 0).then(crossbeam_epoch::pin);
     let visit = Some((leaf.pid, leaf.version.seen()));
     let bytes = &mut to.bytes;
     if to.prefix_of == visit {
@@ -595,6 +603,10 @@ fn read_entry<'t>(
     let (suffix, flags) = n.record_into(i, bytes);
     to.key_len = (prefix + suffix).min(bytes.len());
     if flags & FLAG_CHAIN != 0 {
+        // A chain's id is resolved pinned, the pin taken before the leaf validates: the id was
+        // then in the tree while pinned, so its chain cannot be freed before the pin ends
+        // (invariant 1).
+        let _guard = crossbeam_epoch::pin();
         leaf.version.validate()?;
         to.prefix_of = visit;
         let mut id = [0u8; 8];

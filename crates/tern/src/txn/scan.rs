@@ -128,7 +128,7 @@ impl<'t> TxnCursor<'t> {
         if self.state != State::On {
             return None;
         }
-        Some((self.inner.key()?, self.inner.value()?))
+        self.inner.entry()
     }
 
     /// The current key, if positioned.
@@ -151,12 +151,11 @@ impl<'t> TxnCursor<'t> {
                 None => Ok(None),
             };
         }
-        let key = self.inner.key().unwrap_or_default();
+        // A move that returned true stands on an entry.
+        let Some((key, value)) = self.inner.entry() else { return Ok(None) };
         let inside = if forward { self.bounds.admits_end(key) } else { self.bounds.admits_start(key) };
-        if inside {
-            self.state = State::On;
-        }
-        Ok(self.entry())
+        self.state = if inside { State::On } else { State::Off };
+        Ok(inside.then_some((key, value)))
     }
 }
 
