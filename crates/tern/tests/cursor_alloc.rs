@@ -1,9 +1,15 @@
 //! A scan through `TxnCursor` allocates nothing per entry: a counting global allocator counts
 //! this thread's allocations while a cursor walks 20,000 entries each way, over plain values
 //! and over version chains (entries whose newest version an open reader still needs).
+//!
+//! Reading a version chain pins the epoch, and a pin now and then collects garbage that any
+//! thread retired (crossbeam-epoch), which can allocate a node for the global garbage queue on
+//! the reading thread: work proportional to other threads' garbage, not to the entries read.
+//! So the tests here run one at a time and start measuring with the epoch's garbage drained.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard};
 use tern::{Db, Options};
 
 struct Counting;
@@ -40,6 +46,20 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
+/// Held by each test for its whole run: no other test's garbage reaches the epoch meanwhile.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Collects the garbage retired so far (see the module doc), before a measurement starts.
+fn drain_epoch() {
+    for _ in 0..1024 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
 const ROWS: u32 = 20_000;
 
 /// A database holding keys 0..ROWS (4 bytes, big-endian), each with 100 bytes of its low byte.
@@ -55,6 +75,7 @@ fn loaded() -> Db {
 
 #[test]
 fn a_cursor_scan_allocates_nothing_per_entry() {
+    let _alone = one_at_a_time();
     let db = loaded();
     // Every other entry gets a second version while a reader holds the first: chains stay.
     let old = db.begin_read().unwrap();
@@ -68,6 +89,7 @@ fn a_cursor_scan_allocates_nothing_per_entry() {
         let mut c = txn.cursor(..).unwrap();
         // The first move sizes the cursor's buffers.
         assert!(c.first().unwrap().is_some());
+        drain_epoch();
         let before = allocations();
         let mut rows = 1;
         while let Some((k, v)) = c.next().unwrap() {
@@ -94,6 +116,7 @@ fn short_scans_reuse_the_buffers_of_cursors_dropped_before() {
     // A cursor per scan, as a YCSB E client opens one: once a first cursor has grown its
     // buffers and was dropped, the next ones take them over (bounds, entry copies, anchor)
     // instead of allocating, growing and freeing each.
+    let _alone = one_at_a_time();
     let db = loaded();
     let txn = db.begin_read().unwrap();
     let scan = |from: u32| {
@@ -112,6 +135,7 @@ fn short_scans_reuse_the_buffers_of_cursors_dropped_before() {
         assert_eq!(seen, 10);
     };
     scan(0);
+    drain_epoch();
     let before = allocations();
     for s in 0..1000 {
         scan(s * 17 % (ROWS - 10));
