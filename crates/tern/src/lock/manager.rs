@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     pub detector: Mutex<()>,
     /// The latch class of lockers' `waiting_on`.
     waiting_class: LatchClass,
+    /// How a request waits before it parks (`lock.wait`: the latches' spin policy and
+    /// counters, applied to waiting for a grant).
+    pub wait_class: LatchClass,
 }
 
 /// The lockers of a manager.
@@ -86,6 +89,7 @@ impl LockManager {
             next_locker: AtomicU64::new(1),
             detector: Mutex::with_class((), LatchClass::register("lock.detector")?),
             waiting_class: LatchClass::register("lock.waiting")?,
+            wait_class: LatchClass::register("lock.wait")?,
         });
         let detector = match config.deadlock {
             DeadlockPolicy::Periodic(interval) => Some(spawn_detector(Arc::downgrade(&inner), interval)?),

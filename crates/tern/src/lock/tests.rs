@@ -656,3 +656,29 @@ fn many_objects_per_locker_use_the_index_and_unlock_exactly() {
     assert_eq!(a.locks_held(), 0);
     lm.lock(&b, "k5", LockMode::X, Wait::No).unwrap();
 }
+
+#[test]
+fn a_wait_for_a_grant_is_counted_under_lock_wait_and_parks_at_once_when_told_to() {
+    use crate::sync::{class_stats, LatchClass, SpinPolicy};
+    let class = LatchClass::register("lock.wait").unwrap();
+    let config = class.config();
+    class.set_policy(SpinPolicy::Park).unwrap();
+    let before = class_stats(class);
+    let lm = Arc::new(manager(false));
+    let holder = lm.locker();
+    lm.lock(&holder, 77u64, LockMode::X, Wait::No).unwrap();
+    let lm2 = lm.clone();
+    let waiter = std::thread::spawn(move || {
+        let l = lm2.locker();
+        lm2.lock(&l, 77u64, LockMode::X, Wait::Forever).unwrap();
+        lm2.unlock(&l, 77u64).unwrap();
+    });
+    wait_for_waits(&lm, 1);
+    lm.unlock(&holder, 77u64).unwrap();
+    waiter.join().unwrap();
+    let after = class_stats(class);
+    class.set_config(config).unwrap();
+    // Other tests' waits may count too; this one's wait is among them.
+    assert!(after.contended > before.contended, "{before:?} -> {after:?}");
+    assert!(after.parks > before.parks, "{before:?} -> {after:?}");
+}

@@ -500,6 +500,24 @@ impl Wait {
         token
     }
 
+    /// [`spin`](Self::spin) without the yield phase: false (park instead) where the policy
+    /// would yield next, except for an exploring wait's one probe yield, which measures whether
+    /// the CPU is crowded. For waits whose holders keep their locks for whole transactions: a
+    /// waiter that yields on a crowded CPU takes time slices from threads that have work.
+    pub(crate) fn spin_without_yielding(&mut self) -> bool {
+        if !self.probe && self.yielding() {
+            return false;
+        }
+        self.spin()
+    }
+
+    /// The waiter stopped spinning to sleep somewhere other than [`park`](Self::park) (a lock
+    /// request parks on its locker's cell): counted as a park, so that [`done`](Self::done)
+    /// learns that the spin did not win.
+    pub(crate) fn parks_elsewhere(&mut self) {
+        self.parks += 1;
+    }
+
     /// The latch is held: record counters and adaptive feedback (thread-local stores only).
     #[inline]
     pub(crate) fn done(self) {
