@@ -213,6 +213,8 @@ pub struct Cursor<'t, R: Resolve = Plain> {
     /// The current entry (`copies[current]`) and a move's candidate (the other one), which
     /// becomes the current entry by flipping `current` once the move has read it.
     copies: [Copied; 2],
+    /// 0 or 1. Indexes mask it with 1 (`copies[self.current & 1]`, the candidate at
+    /// `(self.current ^ 1) & 1`), which the compiler sees is in bounds: no check per row.
     current: usize,
     /// The key a positioning move is relative to (kept until the move succeeds: a retry
     /// starts from it again).
