@@ -125,7 +125,7 @@ impl Inner {
         slow.dequeue(v.id);
         v.wait.store(DEADLOCK, Release);
         let mut wake = vec![v.clone()];
-        slow.grant_waiters(&mut wake);
+        slow.grant_waiters(&mut wake, self.config.barging);
         drop(guards);
         wake_all(&wake);
         true

@@ -32,6 +32,9 @@ pub(crate) const WAITING: u32 = 1;
 pub(crate) const GRANTED: u32 = 2;
 /// Wait cell: the queued request was chosen as a deadlock victim and removed.
 pub(crate) const DEADLOCK: u32 = 3;
+/// Wait cell: the queued request was removed by a barging release (`Slow::grant_waiters`);
+/// the locker asks again.
+pub(crate) const RETRY: u32 = 4;
 
 /// Fast shared slots per locker: how many `IS`/`S` locks one locker can hold on biased objects
 /// without appearing in their entries.
@@ -81,7 +84,7 @@ impl LockerCounters {
 pub(crate) struct LockerShared {
     /// Unique, increasing with creation: larger is younger.
     pub id: u64,
-    /// IDLE, WAITING, GRANTED or DEADLOCK; waiters park on its address.
+    /// IDLE, WAITING, GRANTED, DEADLOCK or RETRY; waiters park on its address.
     pub wait: AtomicU32,
     /// Set while `wait` is WAITING (written under the target's partition latch).
     pub waiting_on: Mutex<Option<WaitTarget>>,

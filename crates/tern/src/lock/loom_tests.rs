@@ -69,6 +69,36 @@ fn sole_owner_release_races_inflation_and_wakes_the_waiter() {
     });
 }
 
+/// Barging: `a` releases while `b` waits, then asks again at once with another locker `c`.
+/// `c` takes the open lock or queues behind `b`; `b`, sent back or granted, asks again or
+/// proceeds. Every critical section runs, one at a time, and the entry ends idle (no waiter is
+/// left counted as sent back).
+#[test]
+fn a_barger_races_the_sent_back_waiter() {
+    loom::model(|| {
+        let lm = Arc::new(manager(DeadlockPolicy::OnConflict));
+        let data = Arc::new(Tracked(loom::cell::UnsafeCell::new(0)));
+        let a = lm.locker();
+        lm.lock(&a, 1u64, LockMode::X, Wait::Forever).unwrap();
+        let (lm2, data2) = (lm.clone(), data.clone());
+        let t = thread::spawn(move || {
+            let b = lm2.locker();
+            lm2.lock(&b, 1u64, LockMode::X, Wait::Forever).unwrap();
+            data2.bump();
+            lm2.unlock(&b, 1u64).unwrap();
+        });
+        data.bump();
+        lm.unlock(&a, 1u64).unwrap();
+        let c = lm.locker();
+        lm.lock(&c, 1u64, LockMode::X, Wait::Forever).unwrap();
+        data.bump();
+        lm.unlock(&c, 1u64).unwrap();
+        t.join().unwrap();
+        assert_eq!(data.get(), 3);
+        assert_eq!(lm.stats().objects, 0);
+    });
+}
+
 /// `a` re-takes an entry from its cache (a swap from free) while `b` takes the latch path for
 /// the same object: exactly one owns it at a time.
 #[test]

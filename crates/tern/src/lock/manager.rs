@@ -6,6 +6,7 @@ use super::object::{hash, LockObject};
 use super::table::{
     owned, owner_of, EntryPtr, Partition, PartitionState, Request, Slow, BIAS_AFTER, FREE, MAX_BIASED, SLOW,
 };
+use super::wait::Waited;
 use super::{DeadlockPolicy, LockConfig, LockStats, LockerLookup, Wait};
 use crate::sync::{LatchClass, Mutex, RwLatchWriteGuard};
 use crate::{Error, Result};
@@ -342,8 +343,8 @@ impl Inner {
         if !mode.is_read() {
             self.revoke(slow, part, p.addr());
         }
-        if slow.queue.is_empty() && slow.compatible_with_others(me, mode) {
-            slow.grant(me, mode);
+        if slow.can_grant_new(me, mode) {
+            slow.grant_new(me, mode);
             if self.config.fast_shared && mode.is_read() {
                 Self::count_read_grant(slow, part);
             }
@@ -354,9 +355,44 @@ impl Inner {
         let deadline = self.deadline(wait, shared)?;
         Self::enqueue(shared, slow, Request { locker: shared.clone(), mode, upgrade: false }, pidx, h, p);
         drop(g);
-        self.wait_for(shared, pidx, h, p.addr(), deadline)?;
+        let mut waited = self.wait_for(shared, pidx, h, p.addr(), deadline, false)?;
+        while waited == Waited::AskAgain {
+            waited = self.ask_again(shared, pidx, h, object, mode, deadline)?;
+        }
         Self::hold(shared, local, Record::new(h, p, object, mode, How::Slow));
         Ok(())
+    }
+
+    /// A request sent back by a barging release asks again: granted if the lock is still
+    /// open (or free), queued again at the front otherwise. The entry is the one it was queued
+    /// on: a sent-back waiter keeps it from going idle (`Slow::woken`).
+    fn ask_again(
+        &self,
+        shared: &Arc<LockerShared>,
+        pidx: usize,
+        h: u64,
+        object: LockObject<'_>,
+        mode: LockMode,
+        deadline: Option<Instant>,
+    ) -> Result<Waited> {
+        let me = shared.id;
+        let mut g = self.write(pidx);
+        let p = g.find(h, object).expect("a sent-back waiter keeps its entry in the table");
+        let (_, slow) = g.get_mut(p);
+        slow.woken -= 1;
+        if !mode.is_read() {
+            // Readers may have biased the entry while this request was out of the queue.
+            self.revoke(slow, &self.partitions[pidx], p.addr());
+        }
+        if slow.can_grant_new(me, mode) {
+            slow.grant_new(me, mode);
+            return Ok(Waited::Granted);
+        }
+        slow.requeue(Request { locker: shared.clone(), mode, upgrade: false });
+        shared.wait.store(WAITING, Relaxed);
+        *shared.waiting_on.lock() = Some(WaitTarget { partition: pidx, hash: h, entry: p.addr() });
+        drop(g);
+        self.wait_for(shared, pidx, h, p.addr(), deadline, true)
     }
 
     /// A read grant in slow mode with no writer around: enough of them in a row turn on the
@@ -427,7 +463,8 @@ impl Inner {
             r.entry,
         );
         drop(g);
-        self.wait_for(shared, pidx, r.hash, r.entry.addr(), deadline)?;
+        // Upgrades are never sent back (`Slow::grant_waiters`).
+        self.wait_for(shared, pidx, r.hash, r.entry.addr(), deadline, false)?;
         Self::upgraded(local, i, target);
         Ok(())
     }
@@ -490,7 +527,7 @@ impl Inner {
         let (_, slow) = g.get_mut(p);
         slow.ungrant(locker);
         let mut wake = Vec::new();
-        slow.grant_waiters(&mut wake);
+        slow.grant_waiters(&mut wake, self.config.barging);
         g.settle(p);
         drop(g);
         super::wait::wake_all(&wake);

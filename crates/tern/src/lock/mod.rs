@@ -40,7 +40,10 @@
 //!   many readers of one object write no shared cache line. Any other mode revokes the bias,
 //!   turning the fast holders into ordinary holders first. Switch: [`LockConfig::fast_shared`].
 //! * **Waiting** (`wait.rs`) is FIFO per object; conversions (a holder asking for a stronger
-//!   mode) queue ahead of new requests. A waiter parks on its locker's wait cell; whoever grants
+//!   mode) queue ahead of new requests. *Barging* ([`LockConfig::barging`]): a release whose
+//!   first waiter wants `X` leaves the lock open to the next compatible request and sends that
+//!   waiter back to ask again (at the front if it loses); at least every millisecond per lock a
+//!   release hands over to the first waiter instead (`Slow::grant_waiters`). A waiter parks on its locker's wait cell; whoever grants
 //!   or refuses the request changes the cell under the partition latch and unparks it.
 //! * **Deadlocks** (`deadlock.rs`, [`DeadlockPolicy`]): detection when a request must wait, by a
 //!   background thread at an interval, or timeouts alone; the victim ([`VictimPolicy`]) gets
@@ -61,7 +64,9 @@
 //!    always points at an entry; records, fast slots and wait targets keep their entry out of
 //!    the free list, and a cached address is re-checked (hash, then the key once owned).
 //! 4. A locker's wait cell leaves `WAITING` only under the latch of the partition its request
-//!    is queued in: by a grant, by the detector choosing it as victim, or by its own timeout.
+//!    is queued in: by a grant, by a barging release sending it back (`RETRY`: the request is
+//!    out of the queue and the entry counts it in `woken`, which keeps the entry from going
+//!    idle until it asks again), by the detector choosing it as victim, or by its own timeout.
 //! 5. Latch order: detector mutex, then partition latches in ascending index order (only the
 //!    detector holds more than one), then the locker registry, then a locker's `waiting_on`.
 //!    `docs/latch-order.md` has the whole engine's order.
@@ -154,6 +159,12 @@ pub struct LockConfig {
     pub fast_shared: bool,
     /// How calls find their locker.
     pub locker_lookup: LockerLookup,
+    /// Barging: a released lock whose first waiter wants `X` is left open to the next
+    /// compatible request (usually a running thread) and the waiter woken to ask again (at
+    /// the front of the queue if it loses), with a hand-over to the first waiter at least
+    /// every millisecond per lock. `false`: strict FIFO hand-over on every release (see
+    /// `docs/lock.md`, Waiting).
+    pub barging: bool,
 }
 
 impl Default for LockConfig {
@@ -164,6 +175,7 @@ impl Default for LockConfig {
             victim: VictimPolicy::Youngest,
             fast_shared: true,
             locker_lookup: LockerLookup::Handle,
+            barging: true,
         }
     }
 }

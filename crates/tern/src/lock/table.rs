@@ -6,9 +6,9 @@
 //!   mode, nobody waiting), [`FREE`], or [`SLOW`]. A sole owner is installed under the
 //!   partition's write latch but releases with one compare-and-swap and no latch: the common
 //!   uncontended lock costs one latch round trip, its unlock one atomic instruction.
-//! * its **slow state** ([`Slow`]): holders, FIFO queue, shared-mode bias. Used while the word
-//!   is `SLOW`, read and written only under the partition's latch (read for the fast shared
-//!   path, write for everything else). A request that finds a sole owner *inflates* the entry:
+//! * its **slow state** ([`Slow`]): holders, FIFO queue, shared-mode bias, barging state. Used
+//!   while the word is `SLOW`, read and written only under the partition's latch (read for the
+//!   fast shared path, write for everything else). A request that finds a sole owner *inflates* the entry:
 //!   it swaps the word to `SLOW` and records the owner as an ordinary holder; the owner's own
 //!   release then fails its compare-and-swap and takes the latch.
 //!
@@ -26,7 +26,7 @@
 //! follows the peak number of entries in use at once (plus sweep slack), not the number of
 //! objects ever locked.
 
-use super::locker::{LockerShared, GRANTED};
+use super::locker::{LockerShared, GRANTED, RETRY};
 use super::mode::LockMode;
 use super::object::{Key, LockObject};
 use crate::sync::aligned::LineAligned;
@@ -39,6 +39,7 @@ use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Owner word: no lock-free owner, and the slow state is idle.
 pub(crate) const FREE: u64 = 0;
@@ -89,7 +90,19 @@ pub(crate) struct Slow {
     pub bias: bool,
     /// Consecutive read-mode grants with no writer around; enables the bias at `BIAS_AFTER`.
     pub streak: u32,
+    /// The lock was released to competition (barging, [`Slow::grant_waiters`]): the next
+    /// request compatible with the holders takes it although requests are queued.
+    pub open: bool,
+    /// Waiters sent back to ask again (cell `RETRY`) that have not asked yet. While one is
+    /// out, a release wakes nobody else, and the entry is not idle.
+    pub woken: u32,
+    /// When the next release hands the lock to its first waiter instead of opening it.
+    pub fair_at: Option<Instant>,
 }
+
+/// How often, at most, a released lock opens to competition rather than going to its first
+/// waiter: bounds how long bargers can keep a waiter out.
+pub(crate) const FAIR_EVERY: Duration = Duration::from_millis(1);
 
 /// Read grants in a row that turn on an entry's bias.
 pub(crate) const BIAS_AFTER: u32 = 4;
@@ -108,7 +121,20 @@ impl Slow {
 
     /// Nothing but the owner word could reference the entry.
     pub fn is_idle(&self) -> bool {
-        self.holders.is_empty() && self.queue.is_empty() && !self.bias
+        self.holders.is_empty() && self.queue.is_empty() && !self.bias && self.woken == 0
+    }
+
+    /// Whether a request for `mode` that is not queued can be granted now: compatible with
+    /// the holders, and no queued request ahead of it unless the lock is open (barging).
+    #[inline]
+    pub fn can_grant_new(&self, locker: u64, mode: LockMode) -> bool {
+        (self.queue.is_empty() || self.open) && self.compatible_with_others(locker, mode)
+    }
+
+    /// Grants a request that was not queued (see [`Slow::can_grant_new`]); closes an open lock.
+    pub fn grant_new(&mut self, locker: u64, mode: LockMode) {
+        self.open = false;
+        self.grant(locker, mode);
     }
 
     /// Records that `locker` holds `mode` (already joined with anything it held).
@@ -146,10 +172,37 @@ impl Slow {
         }
     }
 
-    /// Grants queued requests in FIFO order for as long as the first one is compatible, and
-    /// pushes the lockers to wake. Strict FIFO: a compatible request never passes an
-    /// incompatible one ahead of it, so no request starves.
-    pub fn grant_waiters(&mut self, wake: &mut Vec<Arc<LockerShared>>) {
+    /// A returning waiter (sent back by a barging release) queues again where it was: at the
+    /// front, behind the upgrades.
+    pub fn requeue(&mut self, request: Request) {
+        let at = self.queue.iter().take_while(|r| r.upgrade).count();
+        self.queue.insert(at, request);
+    }
+
+    /// After a release (or a queued request leaving), grants what can be granted and pushes
+    /// the lockers to wake.
+    ///
+    /// Without `barging`, and with it when the first request is an upgrade or not `X`, or a
+    /// [`FAIR_EVERY`] has passed since this entry last handed over: queued requests are
+    /// granted in FIFO order for as long as the first one is compatible (a compatible request
+    /// never passes an incompatible one ahead of it).
+    ///
+    /// With `barging`, an `X` request first in line is instead sent back (cell `RETRY`, out
+    /// of the queue) and the lock left *open*: the first compatible request takes it, which is
+    /// usually a running thread asking again right away rather than the parked waiter, whose
+    /// wake-up would otherwise hold up every hand-over (a convoy once threads outnumber CPUs).
+    /// The waiter asks again and, if it loses, queues at the front again. While a sent-back
+    /// waiter is out, further releases only open the lock.
+    pub fn grant_waiters(&mut self, wake: &mut Vec<Arc<LockerShared>>, barging: bool) {
+        if barging && self.open_to_competition() {
+            if self.woken == 0 {
+                let r = self.queue.pop_front().expect("checked by open_to_competition");
+                r.locker.wait.store(RETRY, Release);
+                self.woken += 1;
+                wake.push(r.locker);
+            }
+            return;
+        }
         while let Some(r) = self.queue.front() {
             if !self.compatible_with_others(r.locker.id, r.mode) {
                 break;
@@ -158,6 +211,32 @@ impl Slow {
             self.grant(r.locker.id, r.mode);
             r.locker.wait.store(GRANTED, Release);
             wake.push(r.locker);
+        }
+    }
+
+    /// Whether a release opens the lock (see [`Slow::grant_waiters`]) and so sets it open;
+    /// otherwise a hand-over is due (or the first request cannot be granted).
+    fn open_to_competition(&mut self) -> bool {
+        let Some(r) = self.queue.front() else { return false };
+        if r.upgrade || r.mode != LockMode::X || !self.compatible_with_others(r.locker.id, r.mode) {
+            return false;
+        }
+        let now = Instant::now();
+        match self.fair_at {
+            Some(due) if now >= due => {
+                self.fair_at = Some(now + FAIR_EVERY);
+                self.open = false;
+                false
+            }
+            Some(_) => {
+                self.open = true;
+                true
+            }
+            None => {
+                self.fair_at = Some(now + FAIR_EVERY);
+                self.open = true;
+                true
+            }
         }
     }
 
@@ -401,6 +480,7 @@ impl PartitionState {
     pub fn settle(&mut self, p: EntryPtr) {
         let (e, slow) = self.get_mut(p);
         if slow.is_idle() {
+            slow.open = false;
             e.owner.store(FREE, Release);
         }
     }

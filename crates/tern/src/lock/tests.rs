@@ -682,3 +682,110 @@ fn a_wait_for_a_grant_is_counted_under_lock_wait_and_parks_at_once_when_told_to(
     assert!(after.contended > before.contended, "{before:?} -> {after:?}");
     assert!(after.parks > before.parks, "{before:?} -> {after:?}");
 }
+
+/// The granting rule of a release, on one entry's slow state: with barging, an `X` request
+/// first in line is sent back and the lock left open to the next compatible request, at most
+/// one waiter out at a time; a hand-over is due once `FAIR_EVERY` has passed; upgrades and
+/// other modes, and barging off, hand over in FIFO order.
+#[test]
+fn a_barging_release_opens_an_x_lock_and_sends_its_first_waiter_back() {
+    use super::locker::{LockerShared, GRANTED, RETRY, WAITING};
+    use super::table::{Grant, Request, Slow};
+    let class = crate::sync::LatchClass::register("lock.test").unwrap();
+    let lockers: Vec<Arc<LockerShared>> = (1..=3).map(|id| Arc::new(LockerShared::new(id, class))).collect();
+    let slow_with_waiters = |modes: &[LockMode], upgrade: bool| {
+        let mut slow = Slow { holders: vec![Grant { locker: 9, mode: LockMode::X }], ..Slow::default() };
+        for (l, &mode) in lockers.iter().zip(modes) {
+            l.wait.store(WAITING, SeqCst);
+            slow.enqueue(Request { locker: l.clone(), mode, upgrade });
+        }
+        slow.ungrant(9);
+        slow
+    };
+    let queued = |slow: &Slow| slow.queue.iter().map(|r| r.locker.id).collect::<Vec<_>>();
+
+    // Barging: the first waiter is sent back, the lock is open, nobody holds it.
+    let mut slow = slow_with_waiters(&[LockMode::X, LockMode::X], false);
+    let mut wake = Vec::new();
+    slow.grant_waiters(&mut wake, true);
+    assert_eq!(wake.iter().map(|l| l.id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(lockers[0].wait.load(SeqCst), RETRY);
+    assert!(slow.open && slow.holders.is_empty() && slow.woken == 1 && !slow.is_idle());
+    assert_eq!(queued(&slow), vec![2]);
+    // A new request takes it ahead of the queue and closes it; the next release, with a
+    // waiter still out, only opens it again.
+    assert!(slow.can_grant_new(7, LockMode::X));
+    slow.grant_new(7, LockMode::X);
+    assert!(!slow.open && !slow.can_grant_new(8, LockMode::X));
+    slow.ungrant(7);
+    let mut wake = Vec::new();
+    slow.grant_waiters(&mut wake, true);
+    assert!(wake.is_empty() && slow.open && slow.woken == 1);
+    assert_eq!(lockers[1].wait.load(SeqCst), WAITING);
+    // The sent-back waiter, asking again and losing, queues at the front again.
+    slow.grant_new(8, LockMode::X);
+    slow.woken -= 1;
+    lockers[0].wait.store(WAITING, SeqCst);
+    slow.requeue(Request { locker: lockers[0].clone(), mode: LockMode::X, upgrade: false });
+    assert_eq!(queued(&slow), vec![1, 2]);
+
+    // Once FAIR_EVERY has passed, a release hands over to the first waiter.
+    slow.ungrant(8);
+    slow.fair_at = Some(Instant::now() - Duration::from_millis(1));
+    let mut wake = Vec::new();
+    slow.grant_waiters(&mut wake, true);
+    assert_eq!(lockers[0].wait.load(SeqCst), GRANTED);
+    assert!(!slow.open && slow.holders.iter().any(|g| g.locker == 1));
+    assert_eq!(queued(&slow), vec![2]);
+
+    // Barging off, an upgrade first, or a first request for another mode: FIFO hand-over.
+    for (modes, upgrade, barging) in [
+        (&[LockMode::X][..], false, false),
+        (&[LockMode::X][..], true, true),
+        (&[LockMode::S, LockMode::S][..], false, true),
+    ] {
+        let mut slow = slow_with_waiters(modes, upgrade);
+        let mut wake = Vec::new();
+        slow.grant_waiters(&mut wake, barging);
+        assert_eq!(wake.len(), modes.len(), "{modes:?} upgrade={upgrade} barging={barging}");
+        assert!(!slow.open && slow.queue.is_empty() && slow.woken == 0);
+        assert!(wake.iter().all(|l| l.wait.load(SeqCst) == GRANTED));
+    }
+}
+
+/// Through the manager: with barging off, a release hands the lock to the parked waiter (a new
+/// request cannot take it); with barging on, a new request may take it first, and the waiter,
+/// sent back, still gets it once that is released: nobody is lost.
+#[test]
+fn a_released_lock_goes_to_its_waiter_or_to_a_new_request_then_the_waiter() {
+    for barging in [false, true] {
+        let lm = Arc::new(LockManager::new(LockConfig { barging, ..LockConfig::default() }).unwrap());
+        for round in 0..20u64 {
+            let holder = lm.locker();
+            lm.lock(&holder, 5u64, LockMode::X, Wait::No).unwrap();
+            let (lm2, (go, told)) = (lm.clone(), std::sync::mpsc::channel::<()>());
+            // The waiter keeps the lock until told: a grant cannot pass unseen.
+            let waiter = std::thread::spawn(move || {
+                let l = lm2.locker();
+                lm2.lock(&l, 5u64, LockMode::X, Wait::Forever).unwrap();
+                told.recv().unwrap();
+                lm2.unlock(&l, 5u64).unwrap();
+            });
+            wait_for_waits(&lm, round + 1);
+            lm.unlock(&holder, 5u64).unwrap();
+            let late = lm.locker();
+            match lm.lock(&late, 5u64, LockMode::X, Wait::No) {
+                Ok(()) => {
+                    assert!(barging, "a new request took a lock handed over to its waiter");
+                    lm.unlock(&late, 5u64).unwrap();
+                }
+                Err(Error::WouldBlock) => {}
+                Err(e) => panic!("{e}"),
+            }
+            go.send(()).unwrap();
+            waiter.join().unwrap();
+            lm.lock(&late, 5u64, LockMode::X, Wait::No).unwrap();
+            lm.unlock(&late, 5u64).unwrap();
+        }
+    }
+}

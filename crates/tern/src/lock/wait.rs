@@ -1,9 +1,10 @@
 //! Waiting for a queued request: parking, timeouts, and deadlock checks while waiting.
 //!
-//! A waiter parks on its locker's wait cell. Whoever decides the request (a grant, the deadlock
-//! detector, or the waiter's own timeout) changes the cell under the partition latch the
-//! request is queued under, then unparks it after releasing the latch; the waiter re-checks the
-//! cell before sleeping (under the parking lot's queue lock), so no wakeup is lost.
+//! A waiter parks on its locker's wait cell. Whoever decides the request (a grant, a barging
+//! release sending it back to ask again, the deadlock detector, or the waiter's own timeout)
+//! changes the cell under the partition latch the request is queued under, then unparks it
+//! after releasing the latch; the waiter re-checks the cell before sleeping (under the parking
+//! lot's queue lock), so no wakeup is lost.
 //!
 //! Before it first parks, a waiter spins with PAUSE as a latch of class `lock.wait` would
 //! (`sync::spin`; with the default adaptive policy for as long as such spins have been
@@ -16,7 +17,7 @@
 //! one above. `LatchClass::set_policy(SpinPolicy::Park)` on `lock.wait` parks at once.
 
 use super::deadlock::Detection;
-use super::locker::{LockerCounters, LockerShared, DEADLOCK, GRANTED, IDLE, WAITING};
+use super::locker::{LockerCounters, LockerShared, DEADLOCK, GRANTED, IDLE, RETRY, WAITING};
 use super::manager::Inner;
 use super::DeadlockPolicy;
 use crate::sync::park::{park_until, unpark_all};
@@ -30,7 +31,9 @@ use std::time::{Duration, Instant};
 const DETECT_RETRY: Duration = Duration::from_millis(10);
 
 impl Inner {
-    /// Waits until the queued request is granted, chosen as a deadlock victim, or times out.
+    /// Waits until the queued request is granted, sent back to ask again (a barging release),
+    /// chosen as a deadlock victim, or times out. `again`: the locker was sent back before in
+    /// this `lock` call (its wait is counted once).
     pub(crate) fn wait_for(
         &self,
         shared: &Arc<LockerShared>,
@@ -38,9 +41,12 @@ impl Inner {
         h: u64,
         addr: usize,
         deadline: Option<Instant>,
-    ) -> Result<()> {
+        again: bool,
+    ) -> Result<Waited> {
         let start = Instant::now();
-        LockerCounters::bump(&shared.counters.waits, 1);
+        if !again {
+            LockerCounters::bump(&shared.counters.waits, 1);
+        }
         let mut recheck = self.detect_on_conflict(shared);
         self.spin_for_decision(shared, deadline);
         // Whether the park timed out at the deadline (the clock says so too, except under
@@ -48,7 +54,8 @@ impl Inner {
         let mut expired = false;
         let result = loop {
             match shared.wait.load(Acquire) {
-                GRANTED => break Ok(()),
+                GRANTED => break Ok(Waited::Granted),
+                RETRY => break Ok(Waited::AskAgain),
                 DEADLOCK => break Err(Error::Deadlock),
                 _ => {}
             }
@@ -107,10 +114,12 @@ impl Inner {
 
     /// The waiter's deadline passed: leave the queue, unless a grant or the detector got there
     /// first (both act under the partition latch, like this).
-    fn time_out(&self, shared: &LockerShared, pidx: usize, h: u64, addr: usize) -> Result<()> {
+    fn time_out(&self, shared: &LockerShared, pidx: usize, h: u64, addr: usize) -> Result<Waited> {
         let mut g = self.write(pidx);
         match shared.wait.load(Acquire) {
-            GRANTED => return Ok(()),
+            GRANTED => return Ok(Waited::Granted),
+            // Out of the queue already; asking again finds the deadline passed if it waits.
+            RETRY => return Ok(Waited::AskAgain),
             DEADLOCK => return Err(Error::Deadlock),
             _ => {}
         }
@@ -118,7 +127,7 @@ impl Inner {
         let (_, slow) = g.get_mut(p);
         slow.dequeue(shared.id);
         let mut wake = Vec::new();
-        slow.grant_waiters(&mut wake);
+        slow.grant_waiters(&mut wake, self.config.barging);
         g.settle(p);
         drop(g);
         wake_all(&wake);
@@ -126,7 +135,17 @@ impl Inner {
     }
 }
 
-/// Wakes lockers whose requests were granted or refused (after the latch is released).
+/// How a wait ended, short of an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// The request was granted.
+    Granted,
+    /// A barging release sent the request back: out of the queue, the locker asks again.
+    AskAgain,
+}
+
+/// Wakes lockers whose requests were granted, sent back or refused (after the latch is
+/// released).
 pub(crate) fn wake_all(lockers: &[Arc<LockerShared>]) {
     for l in lockers {
         // SAFETY: the key is the locker's wait cell (see `wait_for`).
