@@ -49,24 +49,7 @@ fn manager_config(deadlock: DeadlockPolicy) -> LockConfig {
 /// or finds it free. Either way both critical sections run, in order.
 #[test]
 fn sole_owner_release_races_inflation_and_wakes_the_waiter() {
-    loom::model(|| {
-        let lm = Arc::new(manager(DeadlockPolicy::OnConflict));
-        let data = Arc::new(Tracked(loom::cell::UnsafeCell::new(0)));
-        let a = lm.locker();
-        lm.lock(&a, 1u64, LockMode::X, Wait::Forever).unwrap();
-        let (lm2, data2) = (lm.clone(), data.clone());
-        let t = thread::spawn(move || {
-            let b = lm2.locker();
-            lm2.lock(&b, 1u64, LockMode::X, Wait::Forever).unwrap();
-            data2.bump();
-            lm2.unlock(&b, 1u64).unwrap();
-        });
-        data.bump();
-        lm.unlock(&a, 1u64).unwrap();
-        t.join().unwrap();
-        assert_eq!(data.get(), 2);
-        assert_eq!(lm.stats().objects, 0);
-    });
+    release_while_b_waits(|_, _| 2);
 }
 
 /// Barging: `a` releases while `b` waits, then asks again at once with another locker `c`.
@@ -75,7 +58,19 @@ fn sole_owner_release_races_inflation_and_wakes_the_waiter() {
 /// left counted as sent back).
 #[test]
 fn a_barger_races_the_sent_back_waiter() {
-    loom::model(|| {
+    release_while_b_waits(|lm, data| {
+        let c = lm.locker();
+        lm.lock(&c, 1u64, LockMode::X, Wait::Forever).unwrap();
+        data.bump();
+        lm.unlock(&c, 1u64).unwrap();
+        3
+    });
+}
+
+/// `a` holds `X`, `b` asks for it on another thread, `a` releases, then `then` runs on `a`'s
+/// thread and returns how many critical sections ran in all; each bumps the tracked counter.
+fn release_while_b_waits(then: impl Fn(&LockManager, &Tracked) -> u64 + Sync + Send + 'static) {
+    loom::model(move || {
         let lm = Arc::new(manager(DeadlockPolicy::OnConflict));
         let data = Arc::new(Tracked(loom::cell::UnsafeCell::new(0)));
         let a = lm.locker();
@@ -89,12 +84,9 @@ fn a_barger_races_the_sent_back_waiter() {
         });
         data.bump();
         lm.unlock(&a, 1u64).unwrap();
-        let c = lm.locker();
-        lm.lock(&c, 1u64, LockMode::X, Wait::Forever).unwrap();
-        data.bump();
-        lm.unlock(&c, 1u64).unwrap();
+        let sections = then(&lm, &data);
         t.join().unwrap();
-        assert_eq!(data.get(), 3);
+        assert_eq!(data.get(), sections);
         assert_eq!(lm.stats().objects, 0);
     });
 }
