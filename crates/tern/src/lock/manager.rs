@@ -398,7 +398,9 @@ impl Inner {
     /// A read grant in slow mode with no writer around: enough of them in a row turn on the
     /// entry's bias (the scalable shared mode).
     fn count_read_grant(slow: &mut Slow, part: &Partition) {
-        if slow.bias || !slow.holders.iter().all(|g| g.mode.is_read()) {
+        // A read that barged past queued or sent-back requests has writers around: fast
+        // holders release without the latch and would never wake them.
+        if slow.bias || !slow.queue.is_empty() || slow.woken > 0 || !slow.holders.iter().all(|g| g.mode.is_read()) {
             return;
         }
         slow.streak += 1;

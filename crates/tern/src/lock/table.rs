@@ -175,6 +175,9 @@ impl Slow {
     /// A returning waiter (sent back by a barging release) queues again where it was: at the
     /// front, behind the upgrades.
     pub fn requeue(&mut self, request: Request) {
+        if !request.mode.is_read() {
+            self.streak = 0;
+        }
         let at = self.queue.iter().take_while(|r| r.upgrade).count();
         self.queue.insert(at, request);
     }
