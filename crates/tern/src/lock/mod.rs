@@ -43,8 +43,9 @@
 //!   mode) queue ahead of new requests. *Barging* ([`LockConfig::barging`]): a release whose
 //!   first waiter wants `X` leaves the lock open to the next compatible request and sends that
 //!   waiter back to ask again (at the front if it loses); at least every millisecond per lock a
-//!   release hands over to the first waiter instead (`Slow::grant_waiters`). A waiter parks on its locker's wait cell; whoever grants
-//!   or refuses the request changes the cell under the partition latch and unparks it.
+//!   release hands over to the first waiter instead (`Slow::grant_waiters`). A waiter parks
+//!   on its locker's wait cell; whoever grants, sends back or refuses the request changes the
+//!   cell under the partition latch and unparks it.
 //! * **Deadlocks** (`deadlock.rs`, [`DeadlockPolicy`]): detection when a request must wait, by a
 //!   background thread at an interval, or timeouts alone; the victim ([`VictimPolicy`]) gets
 //!   [`Error::Deadlock`](crate::Error::Deadlock) and keeps the locks it holds.

@@ -8,9 +8,9 @@
 //!   uncontended lock costs one latch round trip, its unlock one atomic instruction.
 //! * its **slow state** ([`Slow`]): holders, FIFO queue, shared-mode bias, barging state. Used
 //!   while the word is `SLOW`, read and written only under the partition's latch (read for the
-//!   fast shared path, write for everything else). A request that finds a sole owner *inflates* the entry:
-//!   it swaps the word to `SLOW` and records the owner as an ordinary holder; the owner's own
-//!   release then fails its compare-and-swap and takes the latch.
+//!   fast shared path, write for everything else). A request that finds a sole owner
+//!   *inflates* the entry: it swaps the word to `SLOW` and records the owner as an ordinary
+//!   holder; the owner's own release then fails its compare-and-swap and takes the latch.
 //!
 //! Entries live behind stable pointers ([`EntryPtr`]) so that lockers, fast slots and wait
 //! targets can name them by address. An entry leaves its partition's table only when it is
