@@ -15,7 +15,7 @@
 mod shim;
 mod tern_engine;
 
-pub use tern_engine::TernEngine;
+pub use tern_engine::{TernEngine, Variant};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -128,8 +128,9 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 
 /// tern's A/B variants, opened by name beside the engines (never in a default list):
 /// `tern-written`, tern with its log written by a group-commit leader's `write` instead of
-/// copied into mapped log files (`WalConfig::mapped` off).
-pub const TERN_VARIANTS: [&str; 1] = ["tern-written"];
+/// copied into mapped log files (`WalConfig::mapped` off); `tern-fifo`, tern handing every
+/// released lock to its first waiter (`LockConfig::barging` off).
+pub const TERN_VARIANTS: [&str; 2] = ["tern-written", "tern-fifo"];
 
 /// The engines this build can open, tern first.
 pub fn available() -> Vec<&'static str> {
@@ -279,7 +280,8 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
     }
     match name {
         "tern" => Ok(Box::new(TernEngine::open_with(&options)?)),
-        "tern-written" => Ok(Box::new(TernEngine::open_variant(&options, false)?)),
+        "tern-written" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Written)?)),
+        "tern-fifo" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Fifo)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]
@@ -291,7 +293,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
             )))
         }
         _ => Err(PeerError::Failed(format!(
-            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written)"
+            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo)"
         ))),
     }
 }

@@ -11,6 +11,28 @@ use crate::{format_mib, Durability, Engine, OpenOptions, PeerError, Result, Sess
 use std::path::Path;
 use tern::{Db, Error, Options, Txn, WalConfig};
 
+/// tern as the benchmarks open it, or one of its A/B variants (named beside the engines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// tern's defaults (`tern`).
+    Default,
+    /// Log written by a group-commit leader's `write` (`WalConfig::mapped` off; `tern-written`).
+    Written,
+    /// Strict FIFO lock hand-over (`LockConfig::barging` off; `tern-fifo`).
+    Fifo,
+}
+
+impl Variant {
+    /// The engine name the variant runs under.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Default => "tern",
+            Variant::Written => "tern-written",
+            Variant::Fifo => "tern-fifo",
+        }
+    }
+}
+
 /// tern: in memory, or on disk with a write-ahead log.
 pub struct TernEngine {
     // Dropped first: the database closes (syncing its log) before its directory goes.
@@ -18,8 +40,7 @@ pub struct TernEngine {
     durability: Durability,
     /// Whether the run named the cache (`--cache`) rather than taking tern's default.
     cache_given: bool,
-    /// `WalConfig::mapped` (off: the `tern-written` variant).
-    mapped: bool,
+    variant: Variant,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -34,16 +55,17 @@ impl TernEngine {
     /// the log's default file and checkpoint sizes and no checkpoint on close (the directory
     /// is thrown away).
     pub fn open_with(options: &OpenOptions) -> Result<TernEngine> {
-        TernEngine::open_variant(options, true)
+        TernEngine::open_variant(options, Variant::Default)
     }
 
-    /// As [`TernEngine::open_with`], with log files mapped or not (`WalConfig::mapped`; the
-    /// engine is named `tern-written` without).
-    pub fn open_variant(options: &OpenOptions, mapped: bool) -> Result<TernEngine> {
+    /// As [`TernEngine::open_with`], as `variant` says.
+    pub fn open_variant(options: &OpenOptions, variant: Variant) -> Result<TernEngine> {
         let mut base = Options {
             cache_bytes: options.cache_bytes.unwrap_or_else(Options::default_cache_bytes),
             ..Options::default()
         };
+        base.locks.barging = variant != Variant::Fifo;
+        let mapped = variant != Variant::Written;
         if let Some(page_size) = options.tern_page_size {
             base.tree.page_size = page_size;
         }
@@ -51,7 +73,7 @@ impl TernEngine {
         let durability = match options.durability {
             Durability::None => {
                 let db = Db::open_temporary(base).map_err(failed)?;
-                return Ok(TernEngine { db, durability: Durability::None, cache_given, mapped, dir: None });
+                return Ok(TernEngine { db, durability: Durability::None, cache_given, variant, dir: None });
             }
             Durability::Sync => tern::Durability::Sync,
             Durability::NoSync => tern::Durability::NoSync,
@@ -60,7 +82,7 @@ impl TernEngine {
         let dir = options.data_dir("tern")?;
         let wal = WalConfig { durability, checkpoint_on_close: false, mapped, ..WalConfig::default() };
         let db = Db::open(dir.path(), Options { wal, ..base }).map_err(failed)?;
-        Ok(TernEngine { db, durability: options.durability, cache_given, mapped, dir: Some(dir) })
+        Ok(TernEngine { db, durability: options.durability, cache_given, variant, dir: Some(dir) })
     }
 
     /// The database, for checks.
@@ -78,11 +100,7 @@ fn failed(e: Error) -> PeerError {
 
 impl Engine for TernEngine {
     fn name(&self) -> &'static str {
-        if self.mapped {
-            "tern"
-        } else {
-            "tern-written"
-        }
+        self.variant.name()
     }
 
     fn config(&self) -> String {
@@ -113,9 +131,10 @@ impl Engine for TernEngine {
             }
         };
         let origin = if self.cache_given { "--cache" } else { "default: the smaller of 1 GiB and a quarter of RAM" };
+        let handover = if o.locks.barging { "barging" } else { "strict FIFO" };
         format!(
             "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}), durability {}: {storage}, snapshot \
-             isolation, one transaction per operation",
+             isolation, one transaction per operation, lock hand-over {handover}",
             env!("CARGO_PKG_VERSION"),
             o.tree.page_size / 1024,
             format_mib(o.cache_bytes),

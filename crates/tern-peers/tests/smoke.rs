@@ -204,3 +204,15 @@ fn every_engine_reports_the_cache_it_was_given() {
         }
     }
 }
+
+#[test]
+fn tern_variants_open_under_their_names_with_their_switch() {
+    for name in tern_peers::TERN_VARIANTS {
+        let e = engine(name);
+        assert_eq!(e.name(), name);
+        let config = e.config();
+        let fifo = config.contains("lock hand-over strict FIFO");
+        assert_eq!(fifo, name == "tern-fifo", "{name}: {config}");
+    }
+    assert!(engine("tern").config().contains("lock hand-over barging"));
+}

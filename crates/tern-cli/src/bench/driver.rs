@@ -53,9 +53,9 @@ const DEFAULT_PERIODIC_MS: u64 = 10;
 #[derive(Args, Clone, Debug, Serialize, Deserialize)]
 pub struct DriverArgs {
     /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
-    /// `--features peers`), and tern's A/B variant tern-written (its log written by a group
-    /// commit leader's write(2), not mapped) [default: tern; compare: every engine in this
-    /// build].
+    /// `--features peers`), and tern's A/B variants tern-written (its log written by a group
+    /// commit leader's write(2), not mapped) and tern-fifo (every released lock handed to its
+    /// first waiter: no barging) [default: tern; compare: every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),
@@ -268,7 +268,7 @@ impl DriverArgs {
                          scripts/install-peers.sh), e.g. `cargo run --release --features peers -- bench ...`"
                     )
                 } else {
-                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written)")
+                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo)")
                 });
             }
         }
@@ -1052,7 +1052,7 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         // A peer that measured nothing (its worker died, say) is no best peer.
         let best = at
             .iter()
-            // tern's A/B variants (`tern-written`) are no peers.
+            // tern's A/B variants (`tern-written`, `tern-fifo`) are no peers.
             .filter(|r| !r.variant.starts_with("tern") && r.ops_per_sec > 0.0)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
         match (tern, best) {
