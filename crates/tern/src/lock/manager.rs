@@ -389,8 +389,7 @@ impl Inner {
             return Ok(Waited::Granted);
         }
         slow.requeue(Request { locker: shared.clone(), mode, upgrade: false });
-        shared.wait.store(WAITING, Relaxed);
-        *shared.waiting_on.lock() = Some(WaitTarget { partition: pidx, hash: h, entry: p.addr() });
+        Self::mark_waiting(shared, pidx, h, p);
         drop(g);
         self.wait_for(shared, pidx, h, p.addr(), deadline, true)
     }
@@ -481,6 +480,12 @@ impl Inner {
     /// Queues `request` and marks its locker waiting on the entry. Caller holds the latch.
     fn enqueue(shared: &LockerShared, slow: &mut Slow, request: Request, pidx: usize, h: u64, p: EntryPtr) {
         slow.enqueue(request);
+        Self::mark_waiting(shared, pidx, h, p);
+    }
+
+    /// Marks the locker waiting on the entry its request was just queued on. Caller holds the
+    /// latch.
+    fn mark_waiting(shared: &LockerShared, pidx: usize, h: u64, p: EntryPtr) {
         shared.wait.store(WAITING, Relaxed);
         *shared.waiting_on.lock() = Some(WaitTarget { partition: pidx, hash: h, entry: p.addr() });
     }

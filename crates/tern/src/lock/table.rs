@@ -161,25 +161,27 @@ impl Slow {
 
     /// Where a new request goes: upgrades after the upgrades already waiting, others last.
     pub fn enqueue(&mut self, request: Request) {
-        if !request.mode.is_read() {
-            self.streak = 0;
-        }
-        if request.upgrade {
-            let at = self.queue.iter().take_while(|r| r.upgrade).count();
-            self.queue.insert(at, request);
-        } else {
-            self.queue.push_back(request);
-        }
+        let front = request.upgrade;
+        self.place(request, front);
     }
 
     /// A returning waiter (sent back by a barging release) queues again where it was: at the
     /// front, behind the upgrades.
     pub fn requeue(&mut self, request: Request) {
+        self.place(request, true);
+    }
+
+    /// Queues `request` behind the upgrades (`front`) or last; a writer ends a read streak.
+    fn place(&mut self, request: Request, front: bool) {
         if !request.mode.is_read() {
             self.streak = 0;
         }
-        let at = self.queue.iter().take_while(|r| r.upgrade).count();
-        self.queue.insert(at, request);
+        if front {
+            let at = self.queue.iter().take_while(|r| r.upgrade).count();
+            self.queue.insert(at, request);
+        } else {
+            self.queue.push_back(request);
+        }
     }
 
     /// After a release (or a queued request leaving), grants what can be granted and pushes
@@ -225,22 +227,14 @@ impl Slow {
             return false;
         }
         let now = Instant::now();
-        match self.fair_at {
-            Some(due) if now >= due => {
-                self.fair_at = Some(now + FAIR_EVERY);
-                self.open = false;
-                false
-            }
-            Some(_) => {
-                self.open = true;
-                true
-            }
-            None => {
-                self.fair_at = Some(now + FAIR_EVERY);
-                self.open = true;
-                true
-            }
+        if self.fair_at.is_some_and(|due| now >= due) {
+            self.fair_at = Some(now + FAIR_EVERY);
+            self.open = false;
+            return false;
         }
+        self.fair_at.get_or_insert(now + FAIR_EVERY);
+        self.open = true;
+        true
     }
 
     /// Removes `locker`'s queued request, if any; returns whether there was one.
