@@ -852,7 +852,8 @@ impl DbInner {
         }
     }
 
-    fn collect(&self, shard: usize, items: Vec<Item>) {
+    /// Runs the collection pass `items` of `shard` (made due by a push to `gc`).
+    pub fn collect(&self, shard: usize, items: Vec<Item>) {
         let done = self.collect_with(shard, items, self.active_snapshots());
         self.count_pass(done);
     }

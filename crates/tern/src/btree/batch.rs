@@ -96,11 +96,11 @@ impl BTree {
     /// per item lets the epoch collector free garbage as the pass goes), still pinned after a
     /// run of one (one pin per item, as the one-key call), and unpinned after an item that went
     /// through the one-key call. `done` must pin for itself whatever it needs pinned.
-    pub(crate) fn update_chains_sorted<T, R>(
+    pub(crate) fn update_chains_sorted<'v, T, R>(
         &self,
         items: impl IntoIterator<Item = T>,
         key: impl Fn(&T) -> &[u8],
-        mut f: impl FnMut(&T, Current<'_>) -> (Change, R),
+        mut f: impl FnMut(&T, Current<'_>) -> (Change<'v>, R),
         mut done: impl FnMut(T, Result<(Applied, R)>),
     ) {
         let mut items = items.into_iter().peekable();
@@ -135,11 +135,11 @@ impl BTree {
 
     /// Applies `f` to the items from the next one on while they fall in its leaf and need no
     /// split, pushing each with its outcome to `outcomes`; returns how many.
-    fn chain_run<T, R>(
+    fn chain_run<'v, T, R>(
         &self,
         items: &mut Peekable<impl Iterator<Item = T>>,
         key: &impl Fn(&T) -> &[u8],
-        f: &mut impl FnMut(&T, Current<'_>) -> (Change, R),
+        f: &mut impl FnMut(&T, Current<'_>) -> (Change<'v>, R),
         outcomes: &mut Vec<(T, (Applied, R))>,
         guard: &Guard,
     ) -> Result<usize, Abort> {

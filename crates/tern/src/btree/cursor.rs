@@ -30,7 +30,8 @@
 //! A dropped cursor hands its buffers (entry copies, anchor, fence; a range's bounds) to the
 //! next cursor its thread makes ([`spare`]): a short scan would otherwise pay an allocation,
 //! its growth and a free per buffer, a fifth of a 10-row scan's instructions. Each thread keeps
-//! at most [`SPARE_BUFFERS`] of them, none larger than [`SPARE_MAX_BYTES`].
+//! at most [`SPARE_BUFFERS`] of them, none larger than [`SPARE_MAX_BYTES`]. A write borrows one
+//! to show its closure the slot's old value (`BTree::update_chain`).
 
 use super::node::{NodeRef, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::stored::{Plain, Resolve};
@@ -47,7 +48,7 @@ const SPARE_BUFFERS: usize = 8;
 const SPARE_MAX_BYTES: usize = 64 << 10;
 
 /// Buffers of dropped cursors, reused by the cursors their thread makes next.
-mod spare {
+pub(super) mod spare {
     use super::{SPARE_BUFFERS, SPARE_MAX_BYTES};
     use std::cell::RefCell;
 
@@ -56,12 +57,12 @@ mod spare {
     }
 
     /// An empty buffer: a spare one if the thread has one, else a new (unallocated) one.
-    pub(super) fn take() -> Vec<u8> {
+    pub(in crate::btree) fn take() -> Vec<u8> {
         SPARE.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop())).ok().flatten().unwrap_or_default()
     }
 
     /// Keeps `buf` for the thread's next cursor (or frees it: too large, or enough kept).
-    pub(super) fn give(mut buf: Vec<u8>) {
+    pub(in crate::btree) fn give(mut buf: Vec<u8>) {
         if buf.capacity() == 0 || buf.capacity() > SPARE_MAX_BYTES {
             return;
         }

@@ -647,6 +647,11 @@ impl<'a> NodeRef<'a> {
         self.page.read_into(self.value_ref(i).off, 8, out);
     }
 
+    /// The chain id at the start of leaf slot `i`'s value (8 bytes, little-endian).
+    pub(crate) fn chain_id(self, i: usize) -> u64 {
+        self.page.load8(self.value_ref(i).off)
+    }
+
     pub(crate) fn set_child(self, i: usize, child: u32) {
         if i >= self.count() {
             self.page.set_u32(H_UPPER, child);

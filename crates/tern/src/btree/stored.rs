@@ -7,10 +7,12 @@
 //! chain is still there); writers change a slot between plain value, chain and nothing with
 //! `BTree::update_chain`, under the leaf's exclusive latch.
 
+use super::cursor::spare;
 use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
 use super::tree::{Abort, BTree, Room};
 use crate::Result;
 use crossbeam_epoch::Guard;
+use std::borrow::Cow;
 
 /// Turns a version chain into the value a reader sees: how a [`Cursor`](super::Cursor) or
 /// [`Range`](super::Range) over a transactional table reads it. Implemented by tern's
@@ -46,14 +48,15 @@ pub(crate) enum Current<'a> {
 
 /// What [`BTree::update_chain`] makes of the slot.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+pub(crate) enum Change<'a> {
     /// Leave it as it is.
     Keep,
     /// Store this chain id (replacing any plain value or other id).
     Chain(u64),
     /// Store this plain value; applied only if it fits in the leaf (else the slot is kept:
-    /// [`Applied::NoRoom`] or [`Applied::TooLarge`]).
-    Plain(Vec<u8>),
+    /// [`Applied::NoRoom`] or [`Applied::TooLarge`]). Borrowed when the bytes outlive the
+    /// call (a version's value being folded back), so no copy is made before the leaf's.
+    Plain(Cow<'a, [u8]>),
     /// Remove the slot.
     Remove,
 }
@@ -108,11 +111,11 @@ impl BTree {
     /// (`Applied::NoRoom`). Changes reuse the slot's record in place where it is large enough,
     /// so a key going from value to chain and back does not fragment the leaf. `f` must not
     /// block: it runs under a latch.
-    pub(crate) fn update_chain<R>(
+    pub(crate) fn update_chain<'v, R>(
         &self,
         key: &[u8],
         reserve: usize,
-        f: impl FnOnce(Current<'_>) -> (Change, R),
+        f: impl FnOnce(Current<'_>) -> (Change<'v>, R),
     ) -> Result<(Applied, R)> {
         self.check_key(key)?;
         let _gate = self.pool.enter_write();
@@ -143,7 +146,7 @@ impl BTree {
         }
     }
 
-    fn try_update_chain<R, F: FnOnce(Current<'_>) -> (Change, R)>(
+    fn try_update_chain<'v, R, F: FnOnce(Current<'_>) -> (Change<'v>, R)>(
         &self,
         key: &[u8],
         reserve: usize,
@@ -167,7 +170,7 @@ impl BTree {
     /// change `f` returns ([`BTree::update_chain`]). `f` is taken only once nothing can fail
     /// any more (a restart before that leaves it for the retry).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn change_slot<R, F: FnOnce(Current<'_>) -> (Change, R)>(
+    pub(super) fn change_slot<'v, R, F: FnOnce(Current<'_>) -> (Change<'v>, R)>(
         &self,
         n: NodeRef<'_>,
         slot: usize,
@@ -178,15 +181,17 @@ impl BTree {
         guard: &Guard,
     ) -> Result<(Applied, R), Abort> {
         let v = if existed { n.value_ref(slot) } else { ValueRef { off: 0, len: 0, flags: 0 } };
-        let mut plain = Vec::new();
+        // A plain value is shown from one of the thread's spare buffers (no allocation per
+        // write), handed back whatever happens next.
+        let mut plain = Spare(Vec::new());
         let current = if !existed {
             Current::Absent
         } else if v.flags & FLAG_CHAIN != 0 {
-            n.chain_into(slot, &mut plain);
-            Current::Chain(u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")))
+            Current::Chain(n.chain_id(slot))
         } else {
-            self.read_value(n, slot, &mut plain)?;
-            Current::Plain(&plain)
+            plain.0 = spare::take();
+            self.read_value(n, slot, &mut plain.0)?;
+            Current::Plain(&plain.0)
         };
         let (change, r) = (f.take().expect("called once: restarts happen before"))(current);
         let applied = match change {
@@ -274,14 +279,14 @@ pub(crate) fn chains_in(page: &crate::buffer::Page) -> Vec<u64> {
     if !n.is_leaf() {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    let mut bytes = Vec::with_capacity(8);
-    for i in 0..n.count() {
-        if n.value_ref(i).flags & FLAG_CHAIN != 0 {
-            bytes.clear();
-            n.chain_into(i, &mut bytes);
-            out.push(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")));
-        }
+    (0..n.count()).filter(|&i| n.value_ref(i).flags & FLAG_CHAIN != 0).map(|i| n.chain_id(i)).collect()
+}
+
+/// A buffer from the thread's spare ones, handed back when dropped.
+struct Spare(Vec<u8>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.0));
     }
-    out
 }

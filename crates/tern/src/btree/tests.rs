@@ -207,7 +207,7 @@ enum Held {
 
 /// The change a test makes of a slot: decided by a hash of the key, the round and what the
 /// slot holds, so that every kind of change meets every kind of slot.
-fn test_change(key: &[u8], round: u64, current: &Option<Held>) -> stored::Change {
+fn test_change(key: &[u8], round: u64, current: &Option<Held>) -> stored::Change<'static> {
     use stored::Change;
     let h = key
         .iter()
@@ -216,13 +216,13 @@ fn test_change(key: &[u8], round: u64, current: &Option<Held>) -> stored::Change
     match (current, h % 4) {
         (None, 0) => Change::Keep,
         (None, 1 | 2) => Change::Chain(h >> 4),
-        (None, _) => Change::Plain(value(h)),
+        (None, _) => Change::Plain(value(h).into()),
         (Some(Held::Plain(_)), 0) => Change::Remove,
         (Some(Held::Plain(_)), 1) => Change::Keep,
         (Some(Held::Plain(_)), _) => Change::Chain(h >> 4),
         (Some(Held::Chain(_)), 0) => Change::Remove,
         (Some(Held::Chain(id)), 1) => Change::Chain(id + 1),
-        (Some(Held::Chain(_)), _) => Change::Plain(value(h)),
+        (Some(Held::Chain(_)), _) => Change::Plain(value(h).into()),
     }
 }
 
@@ -273,7 +273,7 @@ fn update_chains_sorted_against_model(
             match test_change(&k, round as u64, &seen) {
                 Change::Keep => {}
                 Change::Chain(id) => drop(model.insert(k, Held::Chain(id))),
-                Change::Plain(v) => drop(model.insert(k, Held::Plain(v))),
+                Change::Plain(v) => drop(model.insert(k, Held::Plain(v.into_owned()))),
                 Change::Remove => drop(model.remove(&k)),
             }
         }

@@ -245,7 +245,7 @@ unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, guard: &cro
 ///
 /// # Safety
 /// As for [`prune`].
-unsafe fn fold(head: *mut Version, oldest: u64) -> Change {
+unsafe fn fold<'a>(head: *mut Version, oldest: u64) -> Change<'a> {
     // SAFETY: the chain is allocated (caller).
     let v = unsafe { &*head };
     let ts = v.ts.load(Acquire);
@@ -254,7 +254,7 @@ unsafe fn fold(head: *mut Version, oldest: u64) -> Change {
     }
     // SAFETY: committed (its stamp was acquired above).
     match unsafe { v.value() } {
-        Some(value) => Change::Plain(value.to_vec()),
+        Some(value) => Change::Plain(value.into()),
         None => Change::Remove,
     }
 }

@@ -492,18 +492,20 @@ impl<'db> Txn<'db> {
             }
             self.slot.state.store(self.seq << 2 | IDLE, Release);
         }
-        let items: Vec<Item> = self
-            .writer
-            .as_mut()
-            .expect("it wrote")
-            .writes
-            .drain(..)
-            .map(|w| Item { table: w.table.as_ref().map_or(0, |t| t.id), key: w.key })
-            .collect();
+        // Queued for collection straight from the write set (no list of their own); a pass
+        // this makes due runs once the transaction has ended, so its snapshot holds nothing back.
+        let shard = self.shard as usize;
+        let writes = &mut self.writer.as_mut().expect("it wrote").writes;
+        let due = (!writes.is_empty())
+            .then(|| {
+                let items = writes.drain(..).map(|w| Item { table: w.table.as_ref().map_or(0, |t| t.id), key: w.key });
+                self.db.gc.push(shard, items)
+            })
+            .flatten();
         self.end();
         self.count(Counter::Committed, 1);
-        if !items.is_empty() {
-            self.db.queue_for_gc(self.shard as usize, items);
+        if let Some(due) = due {
+            self.db.collect(shard, due);
         }
         match &db.durable {
             Some(d) if lsn > 0 => {
@@ -649,10 +651,9 @@ fn write_version(
     snapshot: u64,
     value: Option<&[u8]>,
     chains: &Chains,
-) -> (Change, Outcome) {
+) -> (Change<'static>, Outcome) {
     let (slot, seq) = me;
-    let owned = || value.map(Box::<[u8]>::from);
-    let new = |next: *mut Version| Version::new_uncommitted(slot, seq, owned(), next);
+    let new = |next: *mut Version| Version::new_uncommitted(slot, seq, value, next);
     // A key without versions gets a chain; the slot stores its id.
     let start = |next: *mut Version, created: u64, existed: bool| {
         let version = new(next);
@@ -671,7 +672,7 @@ fn write_version(
                 // SAFETY: our own uncommitted version; nobody else reads its value.
                 let existed = unsafe { h.value() }.is_some();
                 // SAFETY: as above, and no reference to the old value is alive.
-                unsafe { h.set_value(owned()) };
+                unsafe { h.set_value(value) };
                 return (Change::Keep, Outcome::Rewrote { existed });
             }
             // We hold the key's lock: every other writer's version is committed (stamped

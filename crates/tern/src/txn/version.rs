@@ -49,7 +49,44 @@ pub(crate) struct Version {
     /// The next older version.
     pub next: AtomicPtr<Version>,
     /// The value; `None` is a deletion. Rewritten in place only by its writer while uncommitted.
-    value: UnsafeCell<Option<Box<[u8]>>>,
+    value: UnsafeCell<Bytes>,
+}
+
+/// Longest value kept inside its version's own allocation.
+const INLINE: usize = 112;
+
+/// A version's value: inside the version up to [`INLINE`] bytes (one allocation per version,
+/// not two, for the values most writes carry), on the heap beyond.
+enum Bytes {
+    /// A deletion.
+    None,
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl Bytes {
+    fn copy(value: Option<&[u8]>) -> Bytes {
+        match value {
+            None => Bytes::None,
+            Some(v) if v.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..v.len()].copy_from_slice(v);
+                Bytes::Inline { len: v.len() as u8, bytes }
+            }
+            Some(v) => Bytes::Heap(v.into()),
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            Bytes::None => None,
+            Bytes::Inline { len, bytes } => Some(&bytes[..usize::from(*len)]),
+            Bytes::Heap(b) => Some(b),
+        }
+    }
 }
 
 // SAFETY: `value` is written only by the version's writer while it is uncommitted, and read by
@@ -69,12 +106,11 @@ pub(crate) struct Reader {
 impl Version {
     /// A new uncommitted version by the writer `(slot, seq)`, on top of `next`. Returns its
     /// address (the caller links it and, eventually, frees it with [`retire`]).
-    pub fn new_uncommitted(
-        slot: &'static Slot,
-        seq: u64,
-        value: Option<Box<[u8]>>,
-        next: *mut Version,
-    ) -> *mut Version {
+    pub fn new_uncommitted(slot: &'static Slot, seq: u64, value: Option<&[u8]>, next: *mut Version) -> *mut Version {
+        Version::with_bytes(slot, seq, Bytes::copy(value), next)
+    }
+
+    fn with_bytes(slot: &'static Slot, seq: u64, value: Bytes, next: *mut Version) -> *mut Version {
         Box::into_raw(Box::new(Version {
             ts: AtomicU64::new(UNCOMMITTED),
             writer: slot,
@@ -86,7 +122,7 @@ impl Version {
 
     /// A version standing for a plain value (timestamp `BASE`).
     pub fn new_base(slot: &'static Slot, value: &[u8]) -> *mut Version {
-        let v = Version::new_uncommitted(slot, 0, Some(value.into()), ptr::null_mut());
+        let v = Version::new_uncommitted(slot, 0, Some(value), ptr::null_mut());
         // SAFETY: just allocated, not shared yet.
         unsafe { &*v }.ts.store(BASE, Release);
         v
@@ -95,7 +131,11 @@ impl Version {
     /// A version restored from a checkpoint: what the key held at its snapshot (`None`: no
     /// value), visible to every snapshot (timestamp `BASE`).
     pub fn restored(value: Option<Box<[u8]>>) -> *mut Version {
-        let v = Version::new_uncommitted(&super::context::RESTORED, 0, value, ptr::null_mut());
+        let value = match value {
+            Some(b) if b.len() > INLINE => Bytes::Heap(b),
+            v => Bytes::copy(v.as_deref()),
+        };
+        let v = Version::with_bytes(&super::context::RESTORED, 0, value, ptr::null_mut());
         // SAFETY: just allocated, not shared yet.
         unsafe { &*v }.ts.store(BASE, Release);
         v
@@ -112,9 +152,9 @@ impl Version {
     /// # Safety
     /// The caller wrote this version, it is uncommitted, and nobody else reads its value
     /// (others never read an uncommitted value; the caller does not hold a reference to it).
-    pub unsafe fn set_value(&self, value: Option<Box<[u8]>>) {
+    pub unsafe fn set_value(&self, value: Option<&[u8]>) {
         // SAFETY: forwarded from the contract.
-        unsafe { *self.value.get() = value };
+        unsafe { *self.value.get() = Bytes::copy(value) };
     }
 
     /// The value.
@@ -125,7 +165,7 @@ impl Version {
     pub unsafe fn value(&self) -> Option<&[u8]> {
         // SAFETY: forwarded from the contract: nobody writes the value any more, or the only
         // writer is the caller.
-        unsafe { (*self.value.get()).as_deref() }
+        unsafe { (*self.value.get()).get() }
     }
 
     /// This version's commit timestamp as `reader` can use it: `Some(ts)` once committed
