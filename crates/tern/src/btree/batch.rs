@@ -8,10 +8,18 @@
 //! fence (the keys are sorted, so none is below its lower one) and needs no split; anything
 //! else (a delete, a value for overflow pages, a key the tree refuses, a split) goes through
 //! the one-key call.
+//!
+//! A collector's run may start without a descent, at the leaf its first key's write left it in
+//! ([`LeafHint`]: page id and the version the page had after that write). The hint is used only
+//! if the page still has exactly that version and holds the key: every change, move, eviction
+//! and free of a page bumps its version (`buffer::state`), so a page with the same version is
+//! the same leaf with the same contents, and the exclusive latch taken from that read validates
+//! it. A stale or wrong hint costs one optimistic read, then the descent.
 
 use super::node::NodeRef;
-use super::stored::{Applied, Change, Current};
-use super::tree::{Abort, BTree, Room};
+use super::stored::{Applied, Change, Current, LeafHint};
+use super::tree::{Abort, BTree, Room, Visit};
+use crate::buffer::state;
 use crate::Result;
 use crossbeam_epoch::Guard;
 use std::iter::Peekable;
@@ -87,6 +95,24 @@ impl BTree {
 }
 
 impl BTree {
+    /// The leaf `hint` names, read optimistically, and `key`'s slot in it, if its page still has
+    /// the hint's version (so nothing changed, moved or freed it since the hint was taken) and
+    /// holds `key`; the caller's exclusive latch then validates the read, slot included. Hints
+    /// are never trusted further: a page id reused since, by any tree, fails the version or the
+    /// key check.
+    fn hinted_leaf(&self, hint: LeafHint, key: &[u8]) -> Option<(Visit<'_>, usize)> {
+        let version = self.pool.optimistic(hint.pid).ok()?;
+        if state::version(version.seen()) != hint.version {
+            return None;
+        }
+        let n = NodeRef::new(version.page());
+        if !n.is_leaf() {
+            return None;
+        }
+        let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
+        existed.then_some((Visit { pid: hint.pid, version }, slot))
+    }
+
     /// [`BTree::update_chain`] (with no room reserved) of every item of `items`, sorted by
     /// `key` with each key at most once: `f` sees each item's slot under its leaf's exclusive
     /// latch and says what to make of it; then `done` gets the item and the outcome, once the
@@ -100,6 +126,7 @@ impl BTree {
         &self,
         items: impl IntoIterator<Item = T>,
         key: impl Fn(&T) -> &[u8],
+        hint: impl Fn(&T) -> Option<LeafHint>,
         mut f: impl FnMut(&T, Current<'_>) -> (Change<'v>, R),
         mut done: impl FnMut(T, Result<(Applied, R)>),
     ) {
@@ -108,7 +135,8 @@ impl BTree {
         while let Some(first) = items.peek() {
             let guard = crossbeam_epoch::pin();
             let ran = if self.check_key(key(first)).is_ok() {
-                self.chain_run(&mut items, &key, &mut f, &mut outcomes, &guard)
+                let hint = hint(first);
+                self.chain_run(&mut items, &key, hint, &mut f, &mut outcomes, &guard)
             } else {
                 Ok(0)
             };
@@ -134,18 +162,24 @@ impl BTree {
     }
 
     /// Applies `f` to the items from the next one on while they fall in its leaf and need no
-    /// split, pushing each with its outcome to `outcomes`; returns how many.
+    /// split, pushing each with its outcome to `outcomes`; returns how many. The first item's
+    /// leaf is the one `hint` names if that still holds the key as its hint left it, else the
+    /// one a descent finds.
     fn chain_run<'v, T, R>(
         &self,
         items: &mut Peekable<impl Iterator<Item = T>>,
         key: &impl Fn(&T) -> &[u8],
+        hint: Option<LeafHint>,
         f: &mut impl FnMut(&T, Current<'_>) -> (Change<'v>, R),
         outcomes: &mut Vec<(T, (Applied, R))>,
         guard: &Guard,
     ) -> Result<usize, Abort> {
         let Some(first) = items.peek() else { return Ok(0) };
         let _gate = self.pool.enter_write();
-        let (at, _parent) = self.descend_to_write(key(first), guard)?;
+        let (at, mut found) = match hint.and_then(|hint| self.hinted_leaf(hint, key(first))) {
+            Some((at, slot)) => (at, Some((slot, true))),
+            None => (self.descend_to_write(key(first), guard)?.0, None),
+        };
         let n = NodeRef::new(at.page());
         let _x = at.version.into_exclusive()?;
         let reserve = self.chain_room(0);
@@ -166,7 +200,8 @@ impl BTree {
             if matches!(self.room(n, k.len(), reserve), Room::Split) {
                 break;
             }
-            let (slot, existed) = n.find(k, layout, pf);
+            // The hinted leaf's search found the first item's slot already.
+            let (slot, existed) = found.take().unwrap_or_else(|| n.find(k, layout, pf));
             let mut call = Some(|current: Current<'_>| f(item, current));
             let outcome = match self.change_slot(n, slot, existed, k, reserve, &mut call, guard) {
                 Ok(outcome) => outcome,

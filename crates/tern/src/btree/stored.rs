@@ -81,6 +81,16 @@ pub(crate) enum Applied {
     TooLarge,
 }
 
+/// Where [`BTree::update_chain_hinted`] left a key: its leaf's page and the version the page had
+/// once the change was released. A later call for the same key may start from that leaf instead
+/// of descending ([`BTree::update_chains_sorted`]), if the page still has that version (nothing
+/// changed it, moved it or freed it since) and holds the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeafHint {
+    pub pid: u32,
+    pub version: u64,
+}
+
 fn chain_bytes(chain: u64) -> [u8; 8] {
     chain.to_le_bytes()
 }
@@ -117,6 +127,16 @@ impl BTree {
         reserve: usize,
         f: impl FnOnce(Current<'_>) -> (Change<'v>, R),
     ) -> Result<(Applied, R)> {
+        self.update_chain_hinted(key, reserve, f).map(|(applied, r, _)| (applied, r))
+    }
+
+    /// [`BTree::update_chain`], also saying which leaf it changed ([`LeafHint`]).
+    pub(crate) fn update_chain_hinted<'v, R>(
+        &self,
+        key: &[u8],
+        reserve: usize,
+        f: impl FnOnce(Current<'_>) -> (Change<'v>, R),
+    ) -> Result<(Applied, R, LeafHint)> {
         self.check_key(key)?;
         let _gate = self.pool.enter_write();
         let reserve = self.chain_room(reserve);
@@ -124,11 +144,11 @@ impl BTree {
         let mut f = Some(f);
         loop {
             match self.try_update_chain(key, reserve, &mut f, &guard) {
-                Ok((applied, r, underfull)) => {
+                Ok((applied, r, underfull, hint)) => {
                     if underfull {
                         self.merge_upwards(key, &guard);
                     }
-                    return Ok((applied, r));
+                    return Ok((applied, r, hint));
                 }
                 Err(Abort::Restart) => self.count_restart(),
                 Err(Abort::Fail(e)) => return Err(e),
@@ -152,7 +172,7 @@ impl BTree {
         reserve: usize,
         f: &mut Option<F>,
         guard: &Guard,
-    ) -> Result<(Applied, R, bool), Abort> {
+    ) -> Result<(Applied, R, bool, LeafHint), Abort> {
         let (at, parent) = self.descend_to_write(key, guard)?;
         let n = NodeRef::new(at.page());
         let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
@@ -160,9 +180,10 @@ impl BTree {
             self.make_room(parent, at, Room::Split, guard)?;
             return Err(Abort::Restart);
         }
-        let _x = at.version.into_exclusive()?;
+        let pid = at.pid;
+        let x = at.version.into_exclusive()?;
         let (applied, r) = self.change_slot(n, slot, existed, key, reserve, f, guard)?;
-        Ok((applied, r, self.underfull(n)))
+        Ok((applied, r, self.underfull(n), LeafHint { pid, version: x.version_after_release() }))
     }
 
     /// Shows `f` the content of `slot` (`existed`: it holds `key`) of leaf `n`, which the

@@ -240,13 +240,30 @@ fn update_chains_sorted_against_model(
         t.upsert(k, v).unwrap();
         model.insert(k.clone(), Held::Plain(v.clone()));
     }
+    // Hints for the passes: fresh ones (a no-op change just made), stale ones (from an earlier
+    // round, their leaves changed since) and made-up ones (any page, any version): the passes
+    // must come out the same whichever they get.
+    let mut stale: BTreeMap<Vec<u8>, stored::LeafHint> = BTreeMap::new();
     for (round, keys) in rounds.iter().enumerate() {
         let keys: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
+        let mut hints: BTreeMap<Vec<u8>, stored::LeafHint> = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let hint = match i % 3 {
+                0 => t.update_chain_hinted(k, 0, |_| (Change::Keep, ())).ok().map(|(_, _, hint)| hint),
+                1 => stale.get(*k).copied(),
+                _ => Some(stored::LeafHint { pid: (i * 7 % 64) as u32, version: (i % 8) as u64 }),
+            };
+            if let Some(hint) = hint {
+                hints.insert(k.to_vec(), hint);
+                stale.entry(k.to_vec()).or_insert(hint);
+            }
+        }
         let mut outcomes = Vec::new();
         let mut mismatch = None;
         t.update_chains_sorted(
             keys.iter().copied(),
             |k| k,
+            |k| hints.get(*k).copied(),
             |k, current| {
                 let seen = match current {
                     Current::Absent => None,

@@ -133,6 +133,14 @@ impl<'p> ExclusivePage<'p> {
         self.page
     }
 
+    /// The version the page will have once this guard releases it (unless it frees it): a
+    /// later optimistic read that finds this version knows the page is exactly as this holder
+    /// left it.
+    pub(crate) fn version_after_release(&self) -> u64 {
+        let w = self.pool.state_word_of(self.word).load();
+        super::state::version(super::state::version(w) + 1)
+    }
+
     /// Frees the page when this guard is dropped (its id and frame are reused).
     pub(crate) fn free(&self) {
         self.pool.state_word_of(self.word).set_freeing();

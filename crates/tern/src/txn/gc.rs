@@ -18,7 +18,7 @@
 
 use super::chains::Chains;
 use super::version::{retire, Version, ABORTED, UNCOMMITTED};
-use crate::btree::stored::{Applied, Change, Current};
+use crate::btree::stored::{Applied, Change, Current, LeafHint};
 use crate::btree::BTree;
 use crate::sync::{LatchClass, Mutex};
 use crate::Result;
@@ -29,6 +29,9 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 pub(crate) struct Item {
     pub table: u32,
     pub key: Box<[u8]>,
+    /// The leaf the write left the key in, as the write saw it: the pass starts there if
+    /// nothing changed it since (no descent), else it descends.
+    pub leaf: Option<LeafHint>,
 }
 
 /// Queued keys of one shard.
@@ -129,6 +132,7 @@ pub(crate) fn collect<'t>(
         tree.update_chains_sorted(
             run,
             |item| &item.key,
+            |item| item.leaf,
             |_, current| match current {
                 Current::Chain(id) => {
                     // Pinned already (per run): this only borrows the epoch.
@@ -279,7 +283,7 @@ mod tests {
             ),
         ) {
             let items: Vec<Item> =
-                raw.iter().map(|(table, key)| Item { table: *table, key: key.clone().into_boxed_slice() }).collect();
+                raw.iter().map(|(table, key)| Item { table: *table, key: key.clone().into_boxed_slice(), leaf: None }).collect();
             let got: Vec<(u32, Vec<u8>)> = in_key_order(items).into_iter().map(|i| (i.table, i.key.into_vec())).collect();
             let want: Vec<(u32, Vec<u8>)> = raw.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
             prop_assert_eq!(got, want);

@@ -6,7 +6,7 @@ use super::gc::Item;
 use super::scan::{TxnCursor, TxnRange};
 use super::version::{retire, Reader, Version, View, ABORTED, LATEST, UNCOMMITTED};
 use super::{Counter, TxnOptions};
-use crate::btree::stored::{Change, Current, Resolve};
+use crate::btree::stored::{Change, Current, LeafHint, Resolve};
 use crate::btree::MAX_VALUE;
 use crate::db::{DbInner, Table, TableInner};
 use crate::lock::{key_id, LockMode, LockObject, Locker, Wait};
@@ -47,6 +47,8 @@ struct Write {
     table: Option<Arc<TableInner>>,
     key: Box<[u8]>,
     version: *mut Version,
+    /// The leaf the write changed, for the collector to start from.
+    leaf: LeafHint,
 }
 
 // SAFETY: the version is `Send + Sync`; the pointer is only dereferenced by the transaction that
@@ -372,15 +374,16 @@ impl<'db> Txn<'db> {
         let me = (self.slot, self.seq);
         let reserve = value.map_or(0, <[u8]>::len);
         let chains = &self.db.chains;
-        let (_, outcome) =
-            table.tree.update_chain(key, reserve, |current| write_version(current, me, snapshot, value, chains))?;
+        let (_, outcome, leaf) = table
+            .tree
+            .update_chain_hinted(key, reserve, |current| write_version(current, me, snapshot, value, chains))?;
         match outcome {
             Outcome::Nothing => Ok(false),
             Outcome::Rewrote { existed } => Ok(existed),
             Outcome::Pushed { version, created, existed } => {
                 self.count(Counter::VersionsCreated, created);
                 let writer = self.writer.as_mut().expect("locked the key: the writer exists");
-                writer.writes.push(Write { table: named.cloned(), key: key.into(), version });
+                writer.writes.push(Write { table: named.cloned(), key: key.into(), version, leaf });
                 Ok(existed)
             }
             Outcome::Conflict => {
@@ -498,7 +501,11 @@ impl<'db> Txn<'db> {
         let writes = &mut self.writer.as_mut().expect("it wrote").writes;
         let due = (!writes.is_empty())
             .then(|| {
-                let items = writes.drain(..).map(|w| Item { table: w.table.as_ref().map_or(0, |t| t.id), key: w.key });
+                let items = writes.drain(..).map(|w| Item {
+                    table: w.table.as_ref().map_or(0, |t| t.id),
+                    key: w.key,
+                    leaf: Some(w.leaf),
+                });
                 self.db.gc.push(shard, items)
             })
             .flatten();
@@ -571,7 +578,7 @@ impl<'db> Txn<'db> {
                     retired += 1;
                     if older {
                         // What is left may fold back into a plain value.
-                        refold.push(Item { table: table.id, key: w.key });
+                        refold.push(Item { table: table.id, key: w.key, leaf: None });
                     }
                 }
                 Ok((_, None)) => debug_assert!(false, "our version was not the newest of its chain"),
