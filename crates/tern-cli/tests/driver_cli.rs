@@ -193,20 +193,45 @@ fn compare_gives_every_engine_the_cache_asked_for_and_reports_it() {
     assert!(!ok && stderr.contains("--memory-limit must be in 16MiB..=16TiB"), "{stderr}");
 }
 
-#[test]
-fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c,a", "--threads", "1", "--json"];
-    // On disk (a log), so that the engine has a data directory to measure.
+/// Runs `args` with a 16 MiB cache under a 256 MiB memory limit, on disk (a log, so that each
+/// engine has a data directory to measure) and small; its stdout and stderr, or `None` where no
+/// memory cgroup can be made (the test is then skipped).
+fn compare_under_a_limit(args: &[&str]) -> Option<(String, String)> {
+    let mut args = args.to_vec();
     args.extend(["--cache", "16MiB", "--memory-limit", "256MiB", "--durability", "nosync"]);
-    args.extend(["--dir", dir.path().to_str().unwrap()]);
     args.extend(SMALL);
     let (ok, stdout, stderr) = tern(&args);
     if !ok && stderr.contains("--memory-limit needs a memory cgroup") {
         eprintln!("SKIPPED: no memory cgroup can be made here: {stderr}");
-        return;
+        return None;
     }
     assert!(ok, "{stderr}");
+    Some((stdout, stderr))
+}
+
+#[test]
+fn tern_pause_runs_only_in_a_worker_process_with_its_latch_policy() {
+    let (ok, _, stderr) = tern(&["bench", "compare", "--engine", "tern-pause", "--threads", "1"]);
+    assert!(!ok && stderr.contains("add --memory-limit"), "in the driver's own process: {stderr}");
+    let args = ["bench", "compare", "--engine", "tern,tern-pause", "--workload", "a", "--threads", "1"];
+    let Some((stdout, _)) = compare_under_a_limit(&args) else { return };
+    // The engines' configuration lines, one per engine, name the policy each ran with.
+    let config = |engine: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{engine} ")) && l.contains("latch policy"))
+            .map(str::to_owned)
+    };
+    assert!(config("tern").is_some_and(|l| l.ends_with("latch policy adaptive")), "{stdout}");
+    assert!(config("tern-pause").is_some_and(|l| l.ends_with("latch policy pause")), "{stdout}");
+}
+
+#[test]
+fn compare_runs_each_engine_in_a_memory_cgroup_under_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c,a", "--threads", "1", "--json"];
+    args.extend(["--dir", dir.path().to_str().unwrap()]);
+    let Some((stdout, stderr)) = compare_under_a_limit(&args) else { return };
     let lines = json_lines(&stdout);
     assert_eq!(lines.len(), 3, "load + two runs: {lines:#?}");
     for l in &lines {

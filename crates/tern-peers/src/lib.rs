@@ -15,7 +15,7 @@
 mod shim;
 mod tern_engine;
 
-pub use tern_engine::{TernEngine, Variant};
+pub use tern_engine::{own_process, TernEngine, Variant};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -129,8 +129,10 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 /// tern's A/B variants, opened by name beside the engines (never in a default list):
 /// `tern-written`, tern with its log written by a group-commit leader's `write` instead of
 /// copied into mapped log files (`WalConfig::mapped` off); `tern-fifo`, tern handing every
-/// released lock to its first waiter (`LockConfig::barging` off).
-pub const TERN_VARIANTS: [&str; 2] = ["tern-written", "tern-fifo"];
+/// released lock to its first waiter (`LockConfig::barging` off); `tern-pause`, tern's latches
+/// with the fixed PAUSE policy instead of the adaptive default (in a worker process of its own
+/// only: `--memory-limit`).
+pub const TERN_VARIANTS: [&str; 3] = ["tern-written", "tern-fifo", "tern-pause"];
 
 /// The engines this build can open, tern first.
 pub fn available() -> Vec<&'static str> {
@@ -282,6 +284,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         "tern" => Ok(Box::new(TernEngine::open_with(&options)?)),
         "tern-written" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Written)?)),
         "tern-fifo" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Fifo)?)),
+        "tern-pause" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Pause)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]
@@ -293,7 +296,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
             )))
         }
         _ => Err(PeerError::Failed(format!(
-            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo)"
+            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-pause)"
         ))),
     }
 }

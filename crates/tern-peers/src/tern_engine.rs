@@ -9,6 +9,8 @@
 
 use crate::{format_mib, Durability, Engine, OpenOptions, PeerError, Result, Session};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use tern::sync::{SpinConfig, SpinPolicy};
 use tern::{Db, Error, Options, Txn, WalConfig};
 
 /// tern as the benchmarks open it, or one of its A/B variants (named beside the engines).
@@ -20,6 +22,19 @@ pub enum Variant {
     Written,
     /// Strict FIFO lock hand-over (`LockConfig::barging` off; `tern-fifo`).
     Fifo,
+    /// Every latch class waiting with the fixed `SpinPolicy::Pause` instead of the adaptive
+    /// default (`tern-pause`). Latch policies are process-wide, so this variant opens only in a
+    /// process of its own ([`own_process`]: the worker processes of `--memory-limit`).
+    Pause,
+}
+
+/// Set once this process runs one engine only (a benchmark's worker process): variants that
+/// change process-wide settings may open.
+static OWN_PROCESS: AtomicBool = AtomicBool::new(false);
+
+/// Declares that this process runs a single engine (the benchmark worker calls it first).
+pub fn own_process() {
+    OWN_PROCESS.store(true, Relaxed);
 }
 
 impl Variant {
@@ -29,7 +44,18 @@ impl Variant {
             Variant::Default => "tern",
             Variant::Written => "tern-written",
             Variant::Fifo => "tern-fifo",
+            Variant::Pause => "tern-pause",
         }
+    }
+
+    /// `tern-pause`'s switch, once the database is open: every latch class registered by then
+    /// (the database's latches, pages, locks and log) waits with the fixed PAUSE policy.
+    fn apply_latch_policy(self) -> Result<()> {
+        if self == Variant::Pause {
+            tern::sync::set_all_configs(SpinConfig { policy: SpinPolicy::Pause, ..SpinConfig::DEFAULT })
+                .map_err(failed)?;
+        }
+        Ok(())
     }
 }
 
@@ -60,6 +86,14 @@ impl TernEngine {
 
     /// As [`TernEngine::open_with`], as `variant` says.
     pub fn open_variant(options: &OpenOptions, variant: Variant) -> Result<TernEngine> {
+        if variant == Variant::Pause && !OWN_PROCESS.load(Relaxed) {
+            return Err(PeerError::Failed(
+                "tern-pause sets the latch policy of its whole process, so it runs only in a worker process \
+                 of its own: add --memory-limit"
+                    .into(),
+            ));
+        }
+
         let mut base = Options {
             cache_bytes: options.cache_bytes.unwrap_or_else(Options::default_cache_bytes),
             ..Options::default()
@@ -73,6 +107,7 @@ impl TernEngine {
         let durability = match options.durability {
             Durability::None => {
                 let db = Db::open_temporary(base).map_err(failed)?;
+                variant.apply_latch_policy()?;
                 return Ok(TernEngine { db, durability: Durability::None, cache_given, variant, dir: None });
             }
             Durability::Sync => tern::Durability::Sync,
@@ -82,6 +117,7 @@ impl TernEngine {
         let dir = options.data_dir("tern")?;
         let wal = WalConfig { durability, checkpoint_on_close: false, mapped, ..WalConfig::default() };
         let db = Db::open(dir.path(), Options { wal, ..base }).map_err(failed)?;
+        variant.apply_latch_policy()?;
         Ok(TernEngine { db, durability: options.durability, cache_given, variant, dir: Some(dir) })
     }
 
@@ -132,9 +168,13 @@ impl Engine for TernEngine {
         };
         let origin = if self.cache_given { "--cache" } else { "default: the smaller of 1 GiB and a quarter of RAM" };
         let handover = if o.locks.barging { "barging" } else { "strict FIFO" };
+        // As the latch classes of this process are set now (`tern-pause` sets them all).
+        let policies: std::collections::BTreeSet<&str> =
+            tern::sync::LatchClass::all().into_iter().map(|c| c.config().policy.name()).collect();
+        let latches = policies.into_iter().collect::<Vec<_>>().join(", ");
         format!(
             "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}), durability {}: {storage}, snapshot \
-             isolation, one transaction per operation, lock hand-over {handover}",
+             isolation, one transaction per operation, lock hand-over {handover}, latch policy {latches}",
             env!("CARGO_PKG_VERSION"),
             o.tree.page_size / 1024,
             format_mib(o.cache_bytes),

@@ -54,8 +54,10 @@ const DEFAULT_PERIODIC_MS: u64 = 10;
 pub struct DriverArgs {
     /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
     /// `--features peers`), and tern's A/B variants tern-written (its log written by a group
-    /// commit leader's write(2), not mapped) and tern-fifo (every released lock handed to its
-    /// first waiter: no barging) [default: tern; compare: every engine in this build].
+    /// commit leader's write(2), not mapped), tern-fifo (every released lock handed to its
+    /// first waiter: no barging) and tern-pause (every latch class on the fixed PAUSE policy
+    /// instead of the adaptive default; only with --memory-limit, which gives each engine a
+    /// process of its own) [default: tern; compare: every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),
@@ -268,7 +270,9 @@ impl DriverArgs {
                          scripts/install-peers.sh), e.g. `cargo run --release --features peers -- bench ...`"
                     )
                 } else {
-                    format!("unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo)")
+                    format!(
+                        "unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-pause)"
+                    )
                 });
             }
         }
@@ -1052,7 +1056,7 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         // A peer that measured nothing (its worker died, say) is no best peer.
         let best = at
             .iter()
-            // tern's A/B variants (`tern-written`, `tern-fifo`) are no peers.
+            // tern's A/B variants (`tern-written`, `tern-fifo`, `tern-pause`) are no peers.
             .filter(|r| !r.variant.starts_with("tern") && r.ops_per_sec > 0.0)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
         match (tern, best) {

@@ -177,6 +177,8 @@ pub fn serve() -> Result<(), String> {
         Some(other) => return Err(format!("worker: the first request must be Open, got {other:?}")),
     };
     harness::enable_hardware_counters();
+    // One engine per worker: tern's variants that change process-wide settings may open.
+    tern_peers::own_process();
     let owned: Vec<Box<dyn Job>> = specs.into_iter().map(JobSpec::into_job).collect();
     let jobs: Vec<&dyn Job> = owned.iter().map(|j| j.as_ref()).collect();
     let engine = match LocalEngine::open(&name, &args, &jobs, false) {
