@@ -45,3 +45,21 @@ fn txn_bench_rejects_bad_input_clearly() {
         assert!(err.contains(needle) && !err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn txn_and_lock_benches_run_tern_pause_when_named() {
+    for bench in [&["txn", "--kind", "empty"][..], &["lock", "--mode", "distinct", "--object", "id"][..]] {
+        let out = tern()
+            .arg("bench")
+            .args(bench)
+            .args(["--variants", "tern,tern-pause", "--duration", "0.05", "--rounds", "1", "--threads", "1", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let variants: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["variant"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(variants, ["tern", "tern-pause"], "{bench:?}");
+    }
+}

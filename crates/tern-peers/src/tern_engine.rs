@@ -10,7 +10,7 @@
 use crate::{format_mib, Durability, Engine, OpenOptions, PeerError, Result, Session};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use tern::sync::{SpinConfig, SpinPolicy};
+use tern::sync::SpinPolicy;
 use tern::{Db, Error, Options, Txn, WalConfig};
 
 /// tern as the benchmarks open it, or one of its A/B variants (named beside the engines).
@@ -49,10 +49,13 @@ impl Variant {
     }
 
     /// `tern-pause`'s switch, once the database is open: every latch class registered by then
-    /// (the database's latches, pages, locks and log) waits with the fixed PAUSE policy.
+    /// (the database's latches, pages, locks and log) waits with the fixed PAUSE policy, its
+    /// other settings kept.
     fn apply_latch_policy(self) -> Result<()> {
         if self == Variant::Pause {
-            tern::sync::set_all_configs(SpinConfig { policy: SpinPolicy::Pause, ..SpinConfig::DEFAULT })
+            tern::sync::LatchClass::all()
+                .into_iter()
+                .try_for_each(|c| c.set_policy(SpinPolicy::Pause))
                 .map_err(failed)?;
         }
         Ok(())

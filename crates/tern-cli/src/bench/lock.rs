@@ -2,7 +2,7 @@
 
 use super::harness::{run_threads, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
-use super::runner::{self, round3, Case, RunFn};
+use super::runner::{self, round3, with_pause_latches, Case, RunFn, PAUSE_VARIANT};
 use super::Common;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
@@ -59,7 +59,8 @@ pub struct LockArgs {
     /// Object-table partitions (0: tern's default for this machine).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub partitions: usize,
-    /// Only these variants (tern, global-mutex).
+    /// Only these variants (tern, global-mutex; and, only when named, tern-pause: tern with
+    /// every latch class on the fixed PAUSE policy instead of the adaptive default).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub variants: Option<Vec<String>>,
     /// Time one lock+unlock pair in this many (0: none).
@@ -77,8 +78,8 @@ impl LockArgs {
             return Err("--mode and --object must name at least one value each".into());
         }
         if let Some(v) = &self.variants {
-            if let Some(bad) = v.iter().find(|n| *n != TERN && *n != BASELINE) {
-                return Err(format!("unknown variant {bad:?} (tern, global-mutex)"));
+            if let Some(bad) = v.iter().find(|n| ![TERN, BASELINE, PAUSE_VARIANT].contains(&n.as_str())) {
+                return Err(format!("unknown variant {bad:?} (tern, global-mutex, tern-pause)"));
             }
         }
         Ok(())
@@ -149,6 +150,9 @@ fn measure(args: &LockArgs, lookup: LockerLookup, mode: Mode, kind: ObjectKind, 
 /// Runs `tern bench lock`.
 pub fn run(args: &LockArgs) -> Result<(), String> {
     args.validate()?;
+    // A manager registers its latch classes: before any measurement, so that tern-pause's
+    // switch finds them even when it runs first.
+    drop(LockManager::new(LockConfig::default()).map_err(|e| e.to_string())?);
     let mut cases = Vec::new();
     for &mode in &args.mode {
         for &kind in &args.object {
@@ -158,6 +162,10 @@ pub fn run(args: &LockArgs) -> Result<(), String> {
                     if args.wanted(name) {
                         variants.push((name.into(), Box::new(move || measure(args, lookup, mode, kind, threads))));
                     }
+                }
+                if args.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == PAUSE_VARIANT)) {
+                    let pause = move || with_pause_latches(|| measure(args, LockerLookup::Handle, mode, kind, threads));
+                    variants.push((PAUSE_VARIANT.into(), Box::new(pause)));
                 }
                 let params = vec![("mode", json!(mode_name(mode))), ("object", json!(object_name(kind)))];
                 cases.push(Case { params, threads, variants, baseline: Some(BASELINE.into()) });

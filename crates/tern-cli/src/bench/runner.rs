@@ -11,6 +11,26 @@ use serde_json::{json, Map, Value};
 /// Produces one sample of a variant; `None` if interrupted.
 pub type RunFn<'a> = Box<dyn Fn() -> Option<Sample> + 'a>;
 
+/// The variant name of "the same, with every latch class on the fixed PAUSE policy"
+/// ([`with_pause_latches`]): `bench txn` and `bench lock` run it when asked by name.
+pub const PAUSE_VARIANT: &str = "tern-pause";
+
+/// Runs `f` with every latch class registered in this process on the fixed `Pause` policy
+/// (each class's other settings kept), then gives each class its configuration back. Policies
+/// are process-wide; variants run one at a time, so only `f`'s measurement sees the switch.
+/// The classes `f` uses must be registered before (they are, once their structures exist).
+pub fn with_pause_latches<T>(f: impl FnOnce() -> T) -> T {
+    let saved: Vec<_> = tern::sync::LatchClass::all().into_iter().map(|c| (c, c.config())).collect();
+    for (class, _) in &saved {
+        class.set_policy(tern::sync::SpinPolicy::Pause).expect("a policy change keeps a valid configuration");
+    }
+    let out = f();
+    for (class, config) in saved {
+        class.set_config(config).expect("the configuration it had");
+    }
+    out
+}
+
 /// One point of a benchmark: fixed parameters and thread count, several variants to compare.
 pub struct Case<'a> {
     /// Parameters that identify the point besides the thread count (mode, sizes, ...), in the
@@ -190,4 +210,21 @@ pub fn split_prefetch_variant(record: &mut Record) {
 pub fn add_ns_per_op(record: &mut Record) {
     let ns = 1e9 * record.threads as f64 / record.ops_per_sec.max(f64::MIN_POSITIVE);
     record.extra.insert("ns_per_op".into(), round3(ns));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern::sync::{LatchClass, SpinConfig, SpinPolicy};
+
+    #[test]
+    fn pause_latches_hold_only_for_the_call_and_keep_each_class_settings() {
+        let class = LatchClass::register("runner.test").unwrap();
+        let mine = SpinConfig { policy: SpinPolicy::Yield, ..SpinConfig::DEFAULT };
+        class.set_config(mine).unwrap();
+        let inside = with_pause_latches(|| class.config());
+        assert_eq!(inside.policy, SpinPolicy::Pause);
+        assert_eq!(SpinConfig { policy: SpinPolicy::Yield, ..inside }, mine, "only the policy changes");
+        assert_eq!(class.config(), mine, "the class's configuration comes back");
+    }
 }

@@ -4,7 +4,7 @@
 use super::dist::mix64;
 use super::harness::{run_threads, Control, LatencySampler, Sample, ThreadResult};
 use super::report::{emit, Record};
-use super::runner::{self, round3, Case, RunFn};
+use super::runner::{self, round3, with_pause_latches, Case, RunFn, PAUSE_VARIANT};
 use super::Common;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
@@ -47,7 +47,8 @@ pub struct TxnArgs {
     /// Keys in the table.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub keys: u64,
-    /// Only these variants (tern, global-latch).
+    /// Only these variants (tern, global-latch; and, only when named, tern-pause: tern with
+    /// every latch class on the fixed PAUSE policy instead of the adaptive default).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub variants: Option<Vec<String>>,
     /// Time one transaction in this many (0: none).
@@ -67,14 +68,20 @@ impl TxnArgs {
         if self.keys == 0 || self.keys > 100_000_000 {
             return Err(format!("--keys must be in 1..=100000000, got {}", self.keys));
         }
-        if let Some(bad) = self.variants.iter().flatten().find(|n| *n != TERN && *n != BASELINE) {
-            return Err(format!("unknown variant {bad:?} (tern, global-latch)"));
+        if let Some(bad) =
+            self.variants.iter().flatten().find(|n| ![TERN, BASELINE, PAUSE_VARIANT].contains(&n.as_str()))
+        {
+            return Err(format!("unknown variant {bad:?} (tern, global-latch, tern-pause)"));
         }
         Ok(())
     }
 
     fn wanted(&self, variant: &str) -> bool {
         self.variants.as_ref().is_none_or(|v| v.iter().any(|w| w == variant))
+    }
+
+    fn named(&self, variant: &str) -> bool {
+        self.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == variant))
     }
 }
 
@@ -154,17 +161,23 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
     let threads = args.common.threads_or(&[1, 2, 4, 8, 16, 32]);
     let mut dbs = Vec::new();
     for (name, tracking) in [(TERN, TxnTracking::PerThread), (BASELINE, TxnTracking::GlobalLatch)] {
-        if args.wanted(name) {
+        // tern's database also serves tern-pause.
+        if args.wanted(name) || (name == TERN && args.named(PAUSE_VARIANT)) {
             dbs.push((name, load(tracking, args.keys)?));
         }
     }
     let mut cases = Vec::new();
     for &kind in &args.kind {
         for &t in &threads {
-            let variants: Vec<(String, RunFn<'_>)> = dbs
+            let mut variants: Vec<(String, RunFn<'_>)> = dbs
                 .iter()
+                .filter(|(name, _)| args.wanted(name))
                 .map(|(name, db)| (name.to_string(), Box::new(move || measure(db, args, kind, t)) as RunFn<'_>))
                 .collect();
+            if let Some((_, db)) = dbs.iter().find(|(name, _)| *name == TERN).filter(|_| args.named(PAUSE_VARIANT)) {
+                let pause: RunFn<'_> = Box::new(move || with_pause_latches(|| measure(db, args, kind, t)));
+                variants.push((PAUSE_VARIANT.into(), pause));
+            }
             cases.push(Case {
                 params: vec![("kind", json!(kind_name(kind)))],
                 threads: t,
