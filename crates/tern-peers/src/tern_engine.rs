@@ -53,10 +53,7 @@ impl Variant {
     /// other settings kept.
     fn apply_latch_policy(self) -> Result<()> {
         if self == Variant::Pause {
-            tern::sync::LatchClass::all()
-                .into_iter()
-                .try_for_each(|c| c.set_policy(SpinPolicy::Pause))
-                .map_err(failed)?;
+            tern::sync::set_all_policies(SpinPolicy::Pause).map_err(failed)?;
         }
         Ok(())
     }

@@ -163,7 +163,7 @@ pub fn run(args: &LockArgs) -> Result<(), String> {
                         variants.push((name.into(), Box::new(move || measure(args, lookup, mode, kind, threads))));
                     }
                 }
-                if args.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == PAUSE_VARIANT)) {
+                if runner::named(args.variants.as_deref(), PAUSE_VARIANT) {
                     let pause = move || with_pause_latches(|| measure(args, LockerLookup::Handle, mode, kind, threads));
                     variants.push((PAUSE_VARIANT.into(), Box::new(pause)));
                 }

@@ -15,15 +15,18 @@ pub type RunFn<'a> = Box<dyn Fn() -> Option<Sample> + 'a>;
 /// ([`with_pause_latches`]): `bench txn` and `bench lock` run it when asked by name.
 pub const PAUSE_VARIANT: &str = "tern-pause";
 
+/// Whether `name` is one of the variants a `--variants` list names (`None`: no list).
+pub fn named(variants: Option<&[String]>, name: &str) -> bool {
+    variants.is_some_and(|v| v.iter().any(|w| w == name))
+}
+
 /// Runs `f` with every latch class registered in this process on the fixed `Pause` policy
 /// (each class's other settings kept), then gives each class its configuration back. Policies
 /// are process-wide; variants run one at a time, so only `f`'s measurement sees the switch.
 /// The classes `f` uses must be registered before (they are, once their structures exist).
 pub fn with_pause_latches<T>(f: impl FnOnce() -> T) -> T {
     let saved: Vec<_> = tern::sync::LatchClass::all().into_iter().map(|c| (c, c.config())).collect();
-    for (class, _) in &saved {
-        class.set_policy(tern::sync::SpinPolicy::Pause).expect("a policy change keeps a valid configuration");
-    }
+    tern::sync::set_all_policies(tern::sync::SpinPolicy::Pause).expect("a policy change keeps a valid configuration");
     let out = f();
     for (class, config) in saved {
         class.set_config(config).expect("the configuration it had");

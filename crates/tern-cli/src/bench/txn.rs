@@ -81,7 +81,7 @@ impl TxnArgs {
     }
 
     fn named(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == variant))
+        runner::named(self.variants.as_deref(), variant)
     }
 }
 

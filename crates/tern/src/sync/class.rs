@@ -83,6 +83,12 @@ pub fn set_all_configs(config: SpinConfig) -> Result<()> {
     LatchClass::all().into_iter().try_for_each(|class| class.set_config(config))
 }
 
+/// Changes only the policy of every registered class, each keeping its other settings (an
+/// engine-wide A/B switch of the policy alone).
+pub fn set_all_policies(policy: SpinPolicy) -> Result<()> {
+    LatchClass::all().into_iter().try_for_each(|class| class.set_policy(policy))
+}
+
 fn lock_names() -> std::sync::MutexGuard<'static, Vec<&'static str>> {
     // A panic while holding this lock cannot leave the vector half-updated (push is the only
     // mutation), so a poisoned lock is still safe to use.

@@ -61,7 +61,7 @@ mod tests;
 
 #[cfg(not(loom))]
 pub use calibrate::{calibration, Calibration};
-pub use class::{set_all_configs, LatchClass, MAX_CLASSES};
+pub use class::{set_all_configs, set_all_policies, LatchClass, MAX_CLASSES};
 pub use counters::{class_stats, stats, LatchStats};
 pub use hybrid::{ExclusiveGuard, HybridLatch, OptimisticGuard, Restart, SharedGuard};
 pub use mutex::{Mutex, MutexGuard, RawMutex};
