@@ -16,6 +16,27 @@ fn json_lines(stdout: &[u8]) -> Vec<Value> {
 }
 
 #[test]
+fn latch_bench_runs_the_counted_variant_only_when_named() {
+    let out = tern()
+        .args(["bench", "latch", "--mode", "exclusive", "--cs-ns", "0", "--threads", "1", "--duration", "0.05"])
+        .args(["--rounds", "1", "--variants", "parking_lot,tern-adaptive,tern-counted", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let variants: Vec<String> =
+        json_lines(&out.stdout).iter().map(|l| l["variant"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(variants.len(), 3, "{variants:?}");
+    assert!(variants.iter().any(|v| v == "tern-counted"), "{variants:?}");
+    // Shared mode has no such variant: naming only it finds nothing to run.
+    let out = tern()
+        .args(["bench", "latch", "--mode", "shared", "--variants", "tern-counted", "--duration", "0.01"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no variant"));
+}
+
+#[test]
 fn latch_bench_emits_one_json_object_per_result() {
     let out = tern()
         .args(["bench", "latch", "--duration", "0.05", "--rounds", "1", "--threads", "1,2", "--json"])

@@ -15,7 +15,9 @@ const LONG_ABOUT: &str = "\
 Measures latch throughput: every thread loops acquire -> critical section -> release -> think.
 
 Exclusive mode compares std::sync::Mutex, parking_lot::Mutex and tern's Mutex under each spin
-policy (tern-pause, tern-yield, tern-park, tern-adaptive); the baseline is parking_lot. Shared
+policy (tern-pause, tern-yield, tern-park, tern-adaptive); the baseline is parking_lot. Named in
+--variants, tern-counted is the default policy with acquisition counting switched on
+(tern::sync::set_count_acquisitions, off by default): what counting costs. Shared
 mode compares std::sync::RwLock, parking_lot::RwLock, tern's RwLatch (reader-biased, BRAVO) and
 tern-nobias (RwLatch with the bias off), with read-only and writer mixes; the baseline is std.
 
@@ -101,7 +103,12 @@ impl LatchArgs {
     }
 
     fn wanted(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_none_or(|v| v.iter().any(|w| w == variant))
+        self.variants.as_ref().is_none_or(|_| self.named(variant))
+    }
+
+    /// Whether `--variants` names `variant` (variants that run only when asked for).
+    fn named(&self, variant: &str) -> bool {
+        self.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == variant))
     }
 }
 
@@ -282,6 +289,9 @@ fn with_counters(class: LatchClass, run: impl FnOnce() -> Option<Sample>) -> Opt
 }
 
 const EXCLUSIVE_BASELINE: &str = "parking_lot";
+/// The default policy with acquisition counting on (`tern::sync::set_count_acquisitions`): the
+/// A/B of what counting costs, run only when named.
+const COUNTED_VARIANT: &str = "tern-counted";
 const SHARED_BASELINE: &str = "std";
 
 fn exclusive_variants<'a>(
@@ -320,6 +330,23 @@ fn exclusive_variants<'a>(
                         m.into_inner().count
                     })
                 })
+            }),
+        ));
+    }
+    if args.named(COUNTED_VARIANT) {
+        let config = args.spin_config(SpinConfig::DEFAULT.policy);
+        v.push((
+            COUNTED_VARIANT.into(),
+            Box::new(move || {
+                class.set_config(config).expect("validated");
+                tern::sync::set_count_acquisitions(true);
+                let sample = with_counters(class, || {
+                    measure_exclusive(Mutex::with_class(Data::default(), class), threads, common, load, |m| {
+                        m.into_inner().count
+                    })
+                });
+                tern::sync::set_count_acquisitions(false);
+                sample
             }),
         ));
     }

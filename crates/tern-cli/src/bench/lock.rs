@@ -137,7 +137,6 @@ fn measure(args: &LockArgs, lookup: LockerLookup, mode: Mode, kind: ObjectKind, 
     let latch = class_stats(class).since(&before);
     let s: LockStats = lm.stats();
     let ops = sample.ops().max(1) as f64;
-    sample.extra.insert("latch_acquisitions_per_op".into(), round3(latch.acquisitions as f64 / ops));
     sample.extra.insert("latch_revocations".into(), json!(latch.revocations));
     sample.extra.insert("waits_per_op".into(), round3(s.waits as f64 / ops));
     sample.extra.insert("fast_grants_per_op".into(), round3(s.fast_grants as f64 / ops));

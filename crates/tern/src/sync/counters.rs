@@ -2,7 +2,10 @@
 //!
 //! Each thread owns a block of counters (one cache line per class) that only it writes, with a
 //! relaxed load and store: no read-modify-write instruction and no shared cache line on any
-//! latch path, so the counters can stay on in production. A reader sums every block ever
+//! latch path. The counters of waiting are always on (they cost nothing next to a wait); the
+//! counts of successful acquisitions and optimistic reads, the only ones an uncontended latch
+//! would bump, are kept only while switched on ([`set_count_acquisitions`]): the fast path then
+//! pays one load of a global flag instead of a thread-local increment. A reader sums every block ever
 //! handed out. Blocks are never freed: when a thread exits its block goes to a free list and the
 //! next new thread continues counting in it, so totals stay monotonic and no count is lost.
 //! A thread that uses a latch after its exit hook ran (from another thread-local's destructor)
@@ -12,14 +15,15 @@
 use super::class::{LatchClass, MAX_CLASSES};
 use serde::Serialize;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex as StdMutex;
 
 /// The things counted per latch class.
 #[derive(Clone, Copy, Debug)]
 #[repr(usize)]
 pub(crate) enum Counter {
-    /// Shared or exclusive acquisitions, contended or not.
+    /// Shared or exclusive acquisitions, contended or not (only while counting is on, except for
+    /// page latches).
     Acquisitions,
     /// Optimistic reads validated (successfully or not) on a `HybridLatch`.
     Optimistic,
@@ -137,6 +141,45 @@ pub(crate) fn add(class: LatchClass, counter: Counter, n: u64) {
     with_counters(class, |c| c.bump(counter, n));
 }
 
+/// Whether latches count their successful acquisitions and optimistic reads (off unless
+/// switched on: see [`set_count_acquisitions`]).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+/// Switches the counting of every latch's acquisitions and optimistic reads on or off, from the
+/// next acquisition on, for the whole process.
+///
+/// Off by default: it is the one counter a latch would bump when nobody waits, and that
+/// thread-local increment costs an uncontended `Mutex` lock and unlock about 10% of its time
+/// (`docs/sync.md`). The counts of waiting (contended acquisitions, spin rounds, parks, wait
+/// time, revocations, restarts) are always on. Page latches of the buffer pool always count
+/// their fixes, which are the pool's hit statistics.
+pub fn set_count_acquisitions(on: bool) {
+    COUNTING.store(on, Relaxed);
+}
+
+/// Whether latches count their acquisitions and optimistic reads ([`set_count_acquisitions`]).
+#[inline(always)]
+pub fn counts_acquisitions() -> bool {
+    COUNTING.load(Relaxed)
+}
+
+/// Counts one successful acquisition (`Acquisitions`) or validated optimistic read
+/// (`Optimistic`) of `class` if counting is on (a load of one global flag, no store, when off).
+#[inline(always)]
+pub(crate) fn add_success(class: LatchClass, counter: Counter) {
+    if counts_acquisitions() {
+        count_success(class, counter);
+    }
+}
+
+/// The counting half of [`add_success`], out of line so that the latch's fast path holds only
+/// the flag's test.
+#[cold]
+#[inline(never)]
+fn count_success(class: LatchClass, counter: Counter) {
+    add(class, counter, 1);
+}
+
 /// Records one contended acquisition: spin rounds, parks and ticks waited.
 #[inline]
 pub(crate) fn add_wait(class: LatchClass, spin_rounds: u64, parks: u64, wait_ticks: u64) {
@@ -153,9 +196,11 @@ pub(crate) fn add_wait(class: LatchClass, spin_rounds: u64, parks: u64, wait_tic
 pub struct LatchStats {
     /// The class name.
     pub class: &'static str,
-    /// Shared and exclusive acquisitions.
+    /// Shared and exclusive acquisitions, counted only while [`set_count_acquisitions`] is on
+    /// (off by default; page latches of the buffer pool always count).
     pub acquisitions: u64,
-    /// Optimistic reads validated (`HybridLatch`).
+    /// Optimistic reads validated (`HybridLatch`), counted only while
+    /// [`set_count_acquisitions`] is on (page latches always count).
     pub optimistic: u64,
     /// Acquisitions that had to wait.
     pub contended: u64,

@@ -37,7 +37,7 @@
 //! for atomics, so `T`'s mutating methods take the guard (or are private to the owner).
 
 use super::class::LatchClass;
-use super::counters::{add, Counter};
+use super::counters::{add, add_success, Counter};
 use super::primitive::{fence, AtomicU64};
 use super::rwlock::RawRwLock;
 use super::spin::Wait;
@@ -199,7 +199,7 @@ impl<'a, T> OptimisticGuard<'a, T> {
     pub fn validate(&self) -> Result<(), Restart> {
         fence(Acquire);
         let ok = self.latch.version.load(Relaxed) == self.version;
-        add(self.latch.class, Counter::Optimistic, 1);
+        add_success(self.latch.class, Counter::Optimistic);
         if ok {
             Ok(())
         } else {

@@ -18,8 +18,10 @@
 //! ([`calibration`], `calibrate.rs`), since PAUSE's latency differs tenfold between CPUs.
 //!
 //! ## Counters
-//! Per class, per thread, summed on read ([`stats`]): acquisitions, contended acquisitions, spin
-//! rounds, parks, time waited, bias revocations, optimistic reads and restarts.
+//! Per class, per thread, summed on read ([`stats`]): contended acquisitions, spin rounds, parks,
+//! time waited, bias revocations and optimistic restarts, always; acquisitions and optimistic
+//! reads only while [`set_count_acquisitions`] has switched them on (off by default: they are
+//! the only counters an uncontended acquisition would bump).
 //!
 //! ## Invariants
 //! * A `Mutex` or `RwLatch` in exclusive mode has exactly one holder, and no shared holder.
@@ -62,7 +64,7 @@ mod tests;
 #[cfg(not(loom))]
 pub use calibrate::{calibration, Calibration};
 pub use class::{set_all_configs, set_all_policies, LatchClass, MAX_CLASSES};
-pub use counters::{class_stats, stats, LatchStats};
+pub use counters::{class_stats, counts_acquisitions, set_count_acquisitions, stats, LatchStats};
 pub use hybrid::{ExclusiveGuard, HybridLatch, OptimisticGuard, Restart, SharedGuard};
 pub use mutex::{Mutex, MutexGuard, RawMutex};
 pub use rwlatch::{RwLatch, RwLatchReadGuard, RwLatchWriteGuard};

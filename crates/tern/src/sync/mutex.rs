@@ -27,7 +27,7 @@
 //! `parking_lot`). There is no poisoning: a panic while holding the latch just unlocks it.
 
 use super::class::LatchClass;
-use super::counters::{add, Counter};
+use super::counters::{add_success, Counter};
 use super::park::{self, TOKEN_HANDOFF, TOKEN_RETRY};
 use super::primitive::AtomicU8;
 use super::spin::Wait;
@@ -61,13 +61,13 @@ impl RawMutex {
     /// Acquires the latch, waiting as the class's policy says.
     #[inline]
     pub fn lock(&self) {
-        add(self.class, Counter::Acquisitions, 1);
         if let Err(s) = self.state.compare_exchange_weak(0, LOCKED, Acquire, Relaxed) {
             // Free but with waiter bits set (a woken thread is on its way): take it anyway.
             if s & LOCKED != 0 || self.state.compare_exchange_weak(s, s | LOCKED, Acquire, Relaxed).is_err() {
                 self.lock_slow();
             }
         }
+        add_success(self.class, Counter::Acquisitions);
     }
 
     /// Acquires the latch if it is free, without waiting.
@@ -76,7 +76,7 @@ impl RawMutex {
         let s = self.state.load(Relaxed);
         let ok = s & LOCKED == 0 && self.state.compare_exchange(s, s | LOCKED, Acquire, Relaxed).is_ok();
         if ok {
-            add(self.class, Counter::Acquisitions, 1);
+            add_success(self.class, Counter::Acquisitions);
         }
         ok
     }

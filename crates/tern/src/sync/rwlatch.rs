@@ -31,7 +31,7 @@
 //! guard and asks for another can deadlock behind a writer waiting in between. Take one guard.
 
 use super::class::LatchClass;
-use super::counters::{add, Counter};
+use super::counters::{add, add_success, Counter};
 use super::primitive::{dekker_fence, spin_loop, ticks, yield_now, AtomicBool, AtomicU64, AtomicUsize};
 use super::reader_table;
 use super::rwlock::RawRwLock;
@@ -125,7 +125,7 @@ impl<T: ?Sized> RwLatch<T> {
     #[inline]
     pub fn read(&self) -> RwLatchReadGuard<'_, T> {
         if let Some(slot) = self.try_fast_read() {
-            add(self.class, Counter::Acquisitions, 1);
+            add_success(self.class, Counter::Acquisitions);
             return RwLatchReadGuard { latch: self, slot: Some(slot), _not_send: PhantomData };
         }
         self.lock.read(self.class);
@@ -138,7 +138,7 @@ impl<T: ?Sized> RwLatch<T> {
     /// without the bias, no reader enters once a writer holds or awaits the latch.
     pub fn try_read(&self) -> Option<RwLatchReadGuard<'_, T>> {
         if let Some(slot) = self.try_fast_read() {
-            add(self.class, Counter::Acquisitions, 1);
+            add_success(self.class, Counter::Acquisitions);
             return Some(RwLatchReadGuard { latch: self, slot: Some(slot), _not_send: PhantomData });
         }
         self.lock.try_read(self.class).then(|| RwLatchReadGuard { latch: self, slot: None, _not_send: PhantomData })

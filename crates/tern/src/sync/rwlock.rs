@@ -17,7 +17,7 @@
 //! The lock does not know its class: callers pass it, so the owner stores it once.
 
 use super::class::LatchClass;
-use super::counters::{add, Counter};
+use super::counters::{add_success, Counter};
 use super::park::{self, TOKEN_RETRY};
 use super::primitive::AtomicUsize;
 use super::spin::Wait;
@@ -55,7 +55,7 @@ impl RawRwLock {
     /// Acquires shared mode.
     #[inline]
     pub(crate) fn read(&self, class: LatchClass) {
-        add(class, Counter::Acquisitions, 1);
+        add_success(class, Counter::Acquisitions);
         if !self.try_enter_shared(self.state.load(Relaxed)) {
             let mut wait = Wait::new(class);
             self.read_slow(&mut wait);
@@ -67,7 +67,7 @@ impl RawRwLock {
     pub(crate) fn try_read(&self, class: LatchClass) -> bool {
         let ok = (0..4).any(|_| self.try_enter_shared(self.state.load(Relaxed)));
         if ok {
-            add(class, Counter::Acquisitions, 1);
+            add_success(class, Counter::Acquisitions);
         }
         ok
     }
@@ -123,7 +123,7 @@ impl RawRwLock {
     /// Acquires exclusive mode.
     #[inline]
     pub(crate) fn write(&self, class: LatchClass) {
-        add(class, Counter::Acquisitions, 1);
+        add_success(class, Counter::Acquisitions);
         if self.state.compare_exchange_weak(0, WRITER, Acquire, Relaxed).is_err() {
             self.write_slow(class);
         }
@@ -134,7 +134,7 @@ impl RawRwLock {
         let s = self.state.load(Relaxed);
         let ok = s & (WRITER | READERS) == 0 && self.state.compare_exchange(s, s | WRITER, Acquire, Relaxed).is_ok();
         if ok {
-            add(class, Counter::Acquisitions, 1);
+            add_success(class, Counter::Acquisitions);
         }
         ok
     }

@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-/// A class of its own per test: tests run in parallel and classes are process-wide.
+/// A class of its own per test: tests run in parallel and classes are process-wide. Switches
+/// acquisition counting on (process-wide; no unit test switches it off: the default is tested
+/// in `tests/latch_counting.rs`, a process of its own).
 fn class(name: &'static str, policy: SpinPolicy) -> LatchClass {
+    set_count_acquisitions(true);
     let class = LatchClass::register(name).unwrap();
     class.set_policy(policy).unwrap();
     class
