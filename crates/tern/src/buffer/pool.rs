@@ -14,6 +14,7 @@ use super::meta::Meta;
 use super::state::{self, Absent, StateWord, DIRTY, EVICTED, LOADING};
 use super::stats::{BufferStats, Counters};
 use crate::fs::Fs;
+use crate::sync::counters::{add, Counter};
 use crate::sync::segmented::{Segmented, Zeroable};
 use crate::sync::{LatchClass, Restart};
 use crate::{Error, Result};
@@ -256,6 +257,8 @@ impl Pool {
         match word.optimistic() {
             Ok(seen) => {
                 let frame = self.frame_of(entry).ok_or(Miss::Restart)?;
+                // One fix per optimistic visit, however often its reads are validated.
+                add(self.class, Counter::Optimistic, 1);
                 Ok(PageRef::new(self, pid, &frame.page, &entry.word, seen))
             }
             Err(Absent::Evicted) => Err(Miss::Evicted),

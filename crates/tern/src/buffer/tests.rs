@@ -45,9 +45,11 @@ fn filled(pool: &Pool, n: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Reads page `pid` the way the tree does: optimistic, faulting in when evicted.
+/// Reads page `pid` the way the tree does: optimistic, faulting in when evicted, and again
+/// when the page changed under the read (the evictor may take it between the state word's
+/// check and the frame's lookup). A live page is read within a bounded number of tries.
 fn read(pool: &Pool, pid: u32) -> crate::Result<u64> {
-    loop {
+    for _ in 0..10_000 {
         match pool.optimistic(pid) {
             Ok(r) => {
                 let w = r.page().word(0);
@@ -56,9 +58,10 @@ fn read(pool: &Pool, pid: u32) -> crate::Result<u64> {
                 }
             }
             Err(Miss::Evicted) => pool.fault_in(pid)?,
-            Err(Miss::Restart) => panic!("page {pid} is live"),
+            Err(Miss::Restart) => std::thread::yield_now(),
         }
     }
+    panic!("page {pid} is live, yet 10,000 reads restarted");
 }
 
 #[test]

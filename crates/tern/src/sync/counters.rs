@@ -25,7 +25,8 @@ pub(crate) enum Counter {
     /// Shared or exclusive acquisitions, contended or not (only while counting is on, except for
     /// page latches).
     Acquisitions,
-    /// Optimistic reads validated (successfully or not) on a `HybridLatch`.
+    /// Optimistic reads validated (successfully or not) on a `HybridLatch`; optimistic visits
+    /// of a page (however often validated) for page latches.
     Optimistic,
     /// Acquisitions that did not succeed at the first attempt.
     Contended,
@@ -200,7 +201,8 @@ pub struct LatchStats {
     /// (off by default; page latches of the buffer pool always count).
     pub acquisitions: u64,
     /// Optimistic reads validated (`HybridLatch`), counted only while
-    /// [`set_count_acquisitions`] is on (page latches always count).
+    /// [`set_count_acquisitions`] is on; for page latches, which always count, optimistic
+    /// visits of a page (however often their reads are validated).
     pub optimistic: u64,
     /// Acquisitions that had to wait.
     pub contended: u64,
