@@ -96,17 +96,21 @@ impl BTree {
 
 impl BTree {
     /// The leaf `hint` names, read optimistically, and `key`'s slot in it, if its page still has
-    /// the hint's version (so nothing changed, moved or freed it since the hint was taken) and
-    /// holds `key`; the caller's exclusive latch then validates the read, slot included. Hints
-    /// are never trusted further: a page id reused since, by any tree, fails the version or the
-    /// key check.
+    /// the hint's version (so nothing changed, moved or freed it since the hint was taken), is
+    /// a leaf whose fences take `key` and holds it; the caller's exclusive latch then validates
+    /// the read, slot included. Hints are never trusted further: a page id reused since, by any
+    /// tree, fails the version, fence or key check (the fences matter for hints that never
+    /// named `key`'s leaf: the model test makes some up).
     fn hinted_leaf(&self, hint: LeafHint, key: &[u8]) -> Option<(Visit<'_>, usize)> {
         let version = self.pool.optimistic(hint.pid).ok()?;
         if state::version(version.seen()) != hint.version {
             return None;
         }
         let n = NodeRef::new(version.page());
-        if !n.is_leaf() {
+        // The search strips the leaf's key prefix, so it answers only for keys within the
+        // leaf's fences: another leaf (a made-up or foreign hint) could otherwise "find" a key
+        // whose suffix matches one of its own.
+        if !n.is_leaf() || !n.within_fences(key) {
             return None;
         }
         let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());

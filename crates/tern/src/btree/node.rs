@@ -194,6 +194,15 @@ impl<'a> NodeRef<'a> {
                 == std::cmp::Ordering::Greater
     }
 
+    /// Whether `key` lies within the node's fences (lower fence <= key < upper fence), compared
+    /// in place. Safe on an unvalidated read (garbage gives a wrong answer, not a panic).
+    pub(crate) fn within_fences(self, key: &[u8]) -> bool {
+        let above_lower = self.page.u16_at(H_FLAGS) & FENCE_LOWER == 0
+            || self.page.compare(self.page.u16_at(H_LOWER_OFF).into(), self.page.u16_at(H_LOWER_LEN).into(), key)
+                != std::cmp::Ordering::Greater;
+        above_lower && self.below_upper_fence(key)
+    }
+
     /// Appends the lower fence to `out`; false (nothing appended) for -inf.
     pub(crate) fn lower_fence_into(self, out: &mut Vec<u8>) -> bool {
         let has = self.page.u16_at(H_FLAGS) & FENCE_LOWER != 0;
