@@ -960,6 +960,8 @@ pub struct DbStats {
     /// Every table, the default table first.
     pub tables: Vec<TableStats>,
     /// Every latch class of the process (counters are per process, not per database).
+    /// `acquisitions` and `optimistic` stay 0 for every class but the buffer pool's pages unless
+    /// [`crate::sync::set_count_acquisitions`] switched counting on.
     pub latches: Vec<LatchStats>,
     /// The write-ahead log (`None` for a database in memory).
     pub wal: Option<WalStats>,

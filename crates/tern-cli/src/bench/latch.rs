@@ -103,12 +103,7 @@ impl LatchArgs {
     }
 
     fn wanted(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_none_or(|_| self.named(variant))
-    }
-
-    /// Whether `--variants` names `variant` (variants that run only when asked for).
-    fn named(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_some_and(|v| v.iter().any(|w| w == variant))
+        self.variants.as_ref().is_none_or(|_| runner::named(self.variants.as_deref(), variant))
     }
 }
 
@@ -333,19 +328,20 @@ fn exclusive_variants<'a>(
             }),
         ));
     }
-    if args.named(COUNTED_VARIANT) {
+    if runner::named(args.variants.as_deref(), COUNTED_VARIANT) {
         let config = args.spin_config(SpinConfig::DEFAULT.policy);
         v.push((
             COUNTED_VARIANT.into(),
             Box::new(move || {
                 class.set_config(config).expect("validated");
+                let was = tern::sync::counts_acquisitions();
                 tern::sync::set_count_acquisitions(true);
                 let sample = with_counters(class, || {
                     measure_exclusive(Mutex::with_class(Data::default(), class), threads, common, load, |m| {
                         m.into_inner().count
                     })
                 });
-                tern::sync::set_count_acquisitions(false);
+                tern::sync::set_count_acquisitions(was);
                 sample
             }),
         ));

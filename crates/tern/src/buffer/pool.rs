@@ -288,7 +288,12 @@ impl Pool {
         let Some(entry) = self.table.get(pid) else { return Ok(None) };
         loop {
             match lock(&self.state_word(entry)) {
-                Ok(()) => return Ok(Some((entry, self.frame_of(entry).expect("a resident page has a frame")))),
+                Ok(()) => {
+                    // A fix that found its page in memory or brought it in (the miss is counted
+                    // where it is read).
+                    add(self.class, Counter::Acquisitions, 1);
+                    return Ok(Some((entry, self.frame_of(entry).expect("a resident page has a frame"))));
+                }
                 Err(Absent::Evicted) => self.fault_in(pid)?,
                 Err(Absent::Free) => return Ok(None),
             }
