@@ -40,7 +40,9 @@
 //!
 //!   The win probabilities are exponential moving averages per thread and class, updated by the
 //!   one in 16 contended waits of a thread that is allowed its phases in full, so they keep
-//!   being measured when the limits are low.
+//!   being measured when the limits are low. A PAUSE phase counts as a win only if it took the
+//!   latch within its budget (plus one round): a waiter that lost its CPU mid-phase and found
+//!   the latch free on its return was away, not spinning.
 //!
 //! A PAUSE phase ends when its nominal round lengths or the time that actually passed reach its
 //! budget, whichever first: a waiter preempted while spinning has waited enough. A yield phase
@@ -528,7 +530,11 @@ impl Wait {
         let _ = LEARNED.try_with(|l| {
             let cell = &l[self.class.index()];
             let mut learned = cell.get();
-            let won_pausing = self.parks == 0 && self.phase == Phase::Pause;
+            // A PAUSE phase wins only within its budget (its last round may overrun by one
+            // round): a waiter that lost its CPU mid-phase for longer than that found the latch
+            // free because it was away, which says nothing in favour of spinning.
+            let in_budget = self.phase_spent() <= self.pause_limit.saturating_add(u64::from(self.config.max_round_ns));
+            let won_pausing = self.parks == 0 && self.phase == Phase::Pause && in_budget;
             if won_pausing && self.spun > 0 {
                 let spent = self.phase_spent().min(u64::from(u32::MAX)) as u32;
                 let spent = spent.max(1);
@@ -548,6 +554,13 @@ impl Wait {
             cell.set(learned);
         });
     }
+}
+
+/// Whether this thread currently finds its CPU crowded (its `Adaptive` waits then skip the
+/// PAUSE phase). For tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn crowded() -> bool {
+    CROWDED.with(Cell::get) > (SUCCESS_ONE / 2) as u16
 }
 
 /// What this thread has learned about `class`: (P(PAUSE phase wins), P(yield phase wins), both
