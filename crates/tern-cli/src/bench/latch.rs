@@ -103,7 +103,7 @@ impl LatchArgs {
     }
 
     fn wanted(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_none_or(|_| runner::named(self.variants.as_deref(), variant))
+        runner::wanted(self.variants.as_deref(), variant)
     }
 }
 

@@ -86,7 +86,7 @@ impl LockArgs {
     }
 
     fn wanted(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_none_or(|v| v.iter().any(|w| w == variant))
+        runner::wanted(self.variants.as_deref(), variant)
     }
 }
 

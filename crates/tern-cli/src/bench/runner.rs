@@ -20,6 +20,11 @@ pub fn named(variants: Option<&[String]>, name: &str) -> bool {
     variants.is_some_and(|v| v.iter().any(|w| w == name))
 }
 
+/// Whether a variant runs: every variant without a `--variants` list, else those it names.
+pub fn wanted(variants: Option<&[String]>, name: &str) -> bool {
+    variants.is_none() || named(variants, name)
+}
+
 /// Runs `f` with every latch class registered in this process on the fixed `Pause` policy
 /// (each class's other settings kept), then gives each class its configuration back. Policies
 /// are process-wide; variants run one at a time, so only `f`'s measurement sees the switch.

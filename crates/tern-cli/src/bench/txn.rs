@@ -77,7 +77,7 @@ impl TxnArgs {
     }
 
     fn wanted(&self, variant: &str) -> bool {
-        self.variants.as_ref().is_none_or(|v| v.iter().any(|w| w == variant))
+        runner::wanted(self.variants.as_deref(), variant)
     }
 
     fn named(&self, variant: &str) -> bool {

@@ -59,8 +59,8 @@ impl<'p> PageRef<'p> {
 
     /// Turns the read into exclusive mode, if nothing changed.
     pub(crate) fn into_exclusive(self) -> Result<ExclusivePage<'p>, Restart> {
+        // The visit was counted as a fix when it began: the upgrade is the same fix.
         if self.state().upgrade_exclusive(self.seen) {
-            add(self.state().class, Counter::Acquisitions, 1);
             self.pool.note_exclusive(self.pid, self.page);
             Ok(ExclusivePage::new(self.pool, self.pid, self.page, self.word))
         } else {
@@ -76,7 +76,6 @@ impl<'p> PageRef<'p> {
     pub(crate) fn into_shared(self) -> Result<SharedPage<'p>, Restart> {
         let word = self.state();
         if word.upgrade_shared(self.seen) {
-            add(word.class, Counter::Acquisitions, 1);
             Ok(SharedPage::new(self.page, self.word, word.class))
         } else {
             add(word.class, Counter::Restarts, 1);

@@ -121,9 +121,9 @@ pub struct BufferStats {
     pub dirty_pages: u64,
     /// The page file's length in pages.
     pub file_pages: u64,
-    /// Page fixes that found their page in memory (optimistic visits, however often their reads
-    /// are validated, and latches taken), counted per thread without shared writes;
-    /// process-wide, summed over every pool.
+    /// Page fixes that found their page in memory: optimistic visits (however often their reads
+    /// are validated, and whether or not they are upgraded to a latch) and pages latched
+    /// directly; counted per thread without shared writes; process-wide, summed over every pool.
     pub fixes: u64,
     /// Fixes that had to read their page from the page file (faults).
     pub misses: u64,

@@ -22,8 +22,8 @@ use std::sync::Mutex as StdMutex;
 #[derive(Clone, Copy, Debug)]
 #[repr(usize)]
 pub(crate) enum Counter {
-    /// Shared or exclusive acquisitions, contended or not (only while counting is on, except for
-    /// page latches).
+    /// Shared or exclusive acquisitions, contended or not (only while counting is on; for page
+    /// latches, pages latched without an optimistic visit first).
     Acquisitions,
     /// Optimistic reads validated (successfully or not) on a `HybridLatch`; optimistic visits
     /// of a page (however often validated) for page latches.

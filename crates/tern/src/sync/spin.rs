@@ -315,7 +315,7 @@ impl Wait {
                 // thread (perhaps the holder) off it: no PAUSE phase, and a long yield phase,
                 // since a yield then runs other threads instead of wasting the CPU, while a
                 // park would make the holder pay a wake-up on its release.
-                let crowded = CROWDED.with(Cell::get) > (SUCCESS_ONE / 2) as u16;
+                let crowded = crowded();
                 let yield_full = if crowded { full.saturating_mul(CROWDED_YIELD_FACTOR) } else { full };
                 if explore {
                     return (if crowded { 0 } else { full }, yield_full);
@@ -533,10 +533,11 @@ impl Wait {
             // A PAUSE phase wins only within its budget (its last round may overrun by one
             // round): a waiter that lost its CPU mid-phase for longer than that found the latch
             // free because it was away, which says nothing in favour of spinning.
-            let in_budget = self.phase_spent() <= self.pause_limit.saturating_add(u64::from(self.config.max_round_ns));
+            let spent = self.phase_spent();
+            let in_budget = spent <= self.pause_limit.saturating_add(u64::from(self.config.max_round_ns));
             let won_pausing = self.parks == 0 && self.phase == Phase::Pause && in_budget;
             if won_pausing && self.spun > 0 {
-                let spent = self.phase_spent().min(u64::from(u32::MAX)) as u32;
+                let spent = spent.min(u64::from(u32::MAX)) as u32;
                 let spent = spent.max(1);
                 learned.win_ns = if learned.win_ns == 0 { spent } else { ema(learned.win_ns, spent).max(1) };
             }
@@ -557,8 +558,7 @@ impl Wait {
 }
 
 /// Whether this thread currently finds its CPU crowded (its `Adaptive` waits then skip the
-/// PAUSE phase). For tests.
-#[cfg(all(test, not(loom)))]
+/// PAUSE phase).
 pub(crate) fn crowded() -> bool {
     CROWDED.with(Cell::get) > (SUCCESS_ONE / 2) as u16
 }
