@@ -129,10 +129,11 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 /// tern's A/B variants, opened by name beside the engines (never in a default list):
 /// `tern-written`, tern with its log written by a group-commit leader's `write` instead of
 /// copied into mapped log files (`WalConfig::mapped` off); `tern-fifo`, tern handing every
-/// released lock to its first waiter (`LockConfig::barging` off); `tern-pause`, tern's latches
+/// released lock to its first waiter (`LockConfig::barging` off); `tern-chain`, tern's group
+/// commit leaders chaining up to 8 flushes (`WalConfig::chain_flushes`, 0 by default); `tern-pause`, tern's latches
 /// with the fixed PAUSE policy instead of the adaptive default (in a worker process of its own
 /// only: `--memory-limit`).
-pub const TERN_VARIANTS: [&str; 3] = ["tern-written", "tern-fifo", "tern-pause"];
+pub const TERN_VARIANTS: [&str; 4] = ["tern-written", "tern-fifo", "tern-chain", "tern-pause"];
 
 /// The engines this build can open, tern first.
 pub fn available() -> Vec<&'static str> {
@@ -284,6 +285,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         "tern" => Ok(Box::new(TernEngine::open_with(&options)?)),
         "tern-written" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Written)?)),
         "tern-fifo" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Fifo)?)),
+        "tern-chain" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Chain)?)),
         "tern-pause" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Pause)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
@@ -296,7 +298,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
             )))
         }
         _ => Err(PeerError::Failed(format!(
-            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-pause)"
+            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-chain, tern-pause)"
         ))),
     }
 }

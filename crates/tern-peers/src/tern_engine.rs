@@ -22,6 +22,8 @@ pub enum Variant {
     Written,
     /// Strict FIFO lock hand-over (`LockConfig::barging` off; `tern-fifo`).
     Fifo,
+    /// Group commit with chained flushes (`WalConfig::chain_flushes` 8; `tern-chain`).
+    Chain,
     /// Every latch class waiting with the fixed `SpinPolicy::Pause` instead of the adaptive
     /// default (`tern-pause`). Latch policies are process-wide, so this variant opens only in a
     /// process of its own ([`own_process`]: the worker processes of `--memory-limit`).
@@ -44,6 +46,7 @@ impl Variant {
             Variant::Default => "tern",
             Variant::Written => "tern-written",
             Variant::Fifo => "tern-fifo",
+            Variant::Chain => "tern-chain",
             Variant::Pause => "tern-pause",
         }
     }
@@ -115,7 +118,8 @@ impl TernEngine {
             Durability::Periodic(every) => tern::Durability::Periodic(every),
         };
         let dir = options.data_dir("tern")?;
-        let wal = WalConfig { durability, checkpoint_on_close: false, mapped, ..WalConfig::default() };
+        let chain_flushes = if variant == Variant::Chain { 8 } else { WalConfig::default().chain_flushes };
+        let wal = WalConfig { durability, checkpoint_on_close: false, mapped, chain_flushes, ..WalConfig::default() };
         let db = Db::open(dir.path(), Options { wal, ..base }).map_err(failed)?;
         variant.apply_latch_policy()?;
         Ok(TernEngine { db, durability: options.durability, cache_given, variant, dir: Some(dir) })
@@ -159,9 +163,11 @@ impl Engine for TernEngine {
                 };
                 let files = if o.wal.mapped { "mapped" } else { "written by a leader's write(2)" };
                 format!(
-                    "log {how}, Db::open in {}, {} MiB log files ({files}), checkpoint every {} MiB of log",
+                    "log {how}, Db::open in {}, {} MiB log files ({files}), group commit chaining up to {} \
+                     flushes, checkpoint every {} MiB of log",
                     dir.path().display(),
                     o.wal.file_bytes >> 20,
+                    o.wal.chain_flushes,
                     o.wal.checkpoint_bytes >> 20
                 )
             }

@@ -217,6 +217,11 @@ fn tern_variants_open_under_their_names_with_their_switch() {
         let config = e.config();
         let fifo = config.contains("lock hand-over strict FIFO");
         assert_eq!(fifo, name == "tern-fifo", "{name}: {config}");
+        // The log's switches show where there is a log.
+        let logged = OpenOptions { durability: tern_peers::Durability::NoSync, ..OpenOptions::default() };
+        let config = open(name, logged).unwrap_or_else(|e| panic!("{name}: {e}")).config();
+        let chained = config.contains("chaining up to 8 flushes");
+        assert_eq!(chained, name == "tern-chain", "{name}: {config}");
     }
     assert!(engine("tern").config().contains("lock hand-over barging"));
 }

@@ -443,6 +443,43 @@ fn durability_modes_and_group_commit() {
     }
 }
 
+/// Group commit under load, with and without chained flushes, on both kinds of log: 16
+/// threads of `Sync` commits (every other thread also committing `NoSync` ones in between) all
+/// return, and a crash copy taken afterwards holds every commit (each one's sync covered it).
+#[test]
+fn group_commit_chained_or_not_returns_every_committer_durable() {
+    for (chain_flushes, mapped) in [(0, true), (8, true), (0, false), (8, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = WalConfig { durability: Durability::Sync, chain_flushes, mapped, ..WalConfig::default() };
+        let opts = Options { wal, ..options() };
+        let db = Db::open(dir.path(), opts).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..16u32 {
+                let db = &db;
+                s.spawn(move || {
+                    for i in 0..60u32 {
+                        let nosync = t % 2 == 1 && i % 3 == 0;
+                        let durability = Some(if nosync { Durability::NoSync } else { Durability::Sync });
+                        let mut txn = db.begin_with(TxnOptions { durability, ..TxnOptions::default() }).unwrap();
+                        txn.put(format!("{t:02}/{i:02}").as_bytes(), b"v").unwrap();
+                        txn.commit().unwrap();
+                    }
+                });
+            }
+        });
+        let stats = db.stats().wal.unwrap();
+        assert_eq!(stats.records, 16 * 60, "chain {chain_flushes}, mapped {mapped}: {stats:?}");
+        assert_eq!(stats.group_sizes.iter().sum::<u64>(), stats.flushes, "{stats:?}");
+        let copy = copy_dir(dir.path());
+        std::mem::forget(db);
+        let db = Db::open(copy.path(), opts).unwrap();
+        let n = db.begin_read().unwrap().range(..).unwrap().count();
+        // The last commit of every thread synced (i = 59 is never a NoSync one), covering
+        // everything appended before it.
+        assert_eq!(n, 16 * 60, "chain {chain_flushes}, mapped {mapped}");
+    }
+}
+
 /// Both ways of writing the log (`WalConfig::mapped`): small files rotate, a commit larger than
 /// a file gets a file of its own (records never span files), files left behind end with their
 /// last record, a crash copy and a clean reopen hold every commit; a mapped log's `NoSync`

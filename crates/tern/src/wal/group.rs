@@ -5,38 +5,47 @@
 //! flush (the caller's closure: take the buffer, write, maybe sync, publish the new positions)
 //! with no lock held. Waiters that find a flush under way sleep until it ends.
 //!
-//! **Who is woken.** Flushes are numbered (rounds); each round has a condition variable of
-//! two, used alternately. The leader says what its flush covers once it knows
+//! **Who is woken.** Flushes are numbered (rounds); waiters sleep by round parity (two
+//! parking keys, used alternately). The leader says what its flush covers once it knows
 //! ([`Group::flushing`]: the end it writes, and whether it syncs). A waiter whose position the
-//! running flush covers sleeps on the round's variable; any other waiter (it appended after the
+//! running flush covers sleeps on the round's parity; any other waiter (it appended after the
 //! leader took the buffer, or wants a sync the flush will not make, or came before the leader
-//! said) sleeps on the next round's. When a flush ends its leader wakes all of its round's
-//! sleepers and **one** of the next round's, who leads the next flush (or, finding its position
-//! covered after all, returns and passes the wake-up on). Before, every flush woke every waiter:
-//! with 32 committers on 2 CPUs, the half not covered woke only to sleep again.
+//! said) on the next round's. When a flush ends its leader wakes all of its round's sleepers;
+//! they return without taking the mutex (one flush can cover every committer, and each would
+//! otherwise queue for it on waking). Before, every flush woke every waiter: with 32
+//! committers on 2 CPUs, the half not covered woke only to sleep again.
+//!
+//! **Chained flushes.** If others sleep for the next round, the leader runs that flush too, up
+//! to `chain` flushes after its own ([`WalConfig::chain_flushes`](super::WalConfig)), so the
+//! next `fdatasync` starts at once instead of after a sleeper's wake-up. After its last flush
+//! it wakes **one** of the next round's sleepers, who leads the next flush (or, finding its
+//! position covered after all, returns and passes the wake-up on).
 //!
 //! # Invariants
 //! 1. At most one flush runs at a time (`leading`, under the mutex).
-//! 2. No lost wake-up: a waiter decides and sleeps in one critical section. When a flush ends
-//!    (under the mutex, `leading` cleared) its round's sleepers are all woken, and if anyone
-//!    sleeps on the next round's variable, one of them is; a waiter woken that way that does
-//!    not lead passes it on while sleepers remain. So while no flush runs and someone sleeps,
-//!    a wake-up is on its way to someone who will lead or pass it on.
+//! 2. No lost wake-up: a waiter decides to sleep and counts itself in `asleep` under the
+//!    mutex, and parks only if its parity's `woken` count is still what it read there. A
+//!    flush's end (under the mutex) bumps its round parity's count and unparks all its
+//!    sleepers, then, unless it chains, unparks one of the next round's; if none of those is
+//!    parked yet, it bumps that parity too, so every one of them looks again. A waiter woken
+//!    alone that does not lead passes it on while sleepers remain. So while no flush runs and
+//!    someone sleeps, a wake-up is on its way to someone who will lead or pass it on.
 //! 3. `written` and `durable` only grow, and a waiter returns `Ok` only once the position it
 //!    waits for is covered; after a failed flush every waiter (and every later one) gets the
 //!    error instead, and no flush runs again.
 //!
-//! Model-checked with loom (`loom_tests` below): the same code, with loom's mutex, condition
-//! variable and atomics.
+//! Model-checked with loom (`loom_tests` below): the same code, with loom's mutex and atomics
+//! and the model of `sync::park`.
 
-use crate::sync::primitive::AtomicBool;
+use crate::sync::park::{self, TOKEN_RETRY};
+use crate::sync::primitive::{AtomicBool, AtomicU64};
 use crate::{Error, Result};
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 #[cfg(loom)]
-use loom::sync::{atomic::AtomicU64, Condvar, Mutex, MutexGuard};
+use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-use std::sync::{atomic::AtomicU64, Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 struct State {
     leading: bool,
@@ -44,30 +53,35 @@ struct State {
     want_sync: u64,
     /// The error that stopped the log.
     failed: Option<String>,
-    /// Flushes begun; the running one's waiters sleep on `flushed[round % 2]`.
+    /// Flushes begun; the running one's waiters sleep on parity `round % 2`.
     round: u64,
     /// What the running flush covers, once its leader said ([`Group::flushing`]): positions up
     /// to `covers`, written, and synced too if `covers_sync`.
     covers: u64,
     covers_sync: bool,
-    /// Waiters asleep on each condition variable.
+    /// Waiters asleep (or deciding to) for each round parity, not yet woken by a flush's end.
     asleep: [u32; 2],
 }
 
 /// Leader election over flushes, and the positions flushes reached.
 pub(crate) struct Group {
     state: Mutex<State>,
-    /// One per round parity (see the module doc).
-    flushed: [Condvar; 2],
+    /// One per round parity (see the module doc): how many times a flush's end (or a stop)
+    /// woke every sleeper of that parity. Bumped under the mutex; sleepers park on its address
+    /// and tell by it whether they were woken with all the others.
+    woken: [AtomicU64; 2],
     written: AtomicU64,
     durable: AtomicU64,
     /// Set (under the mutex) once `failed` is: the fast check of writers.
     stopped: AtomicBool,
+    /// Flushes a leader may run after its first while others sleep for the next one.
+    chain: u32,
 }
 
 impl Group {
-    /// Positions start at `start` (written and durable).
-    pub fn new(start: u64) -> Group {
+    /// Positions start at `start` (written and durable); a leader runs up to `chain` flushes
+    /// after its first while others wait for the next one.
+    pub fn new(start: u64, chain: u32) -> Group {
         Group {
             state: Mutex::new(State {
                 leading: false,
@@ -78,10 +92,11 @@ impl Group {
                 covers_sync: false,
                 asleep: [0; 2],
             }),
-            flushed: [Condvar::new(), Condvar::new()],
+            woken: [AtomicU64::new(0), AtomicU64::new(0)],
             written: AtomicU64::new(start),
             durable: AtomicU64::new(start),
             stopped: AtomicBool::new(false),
+            chain,
         }
     }
 
@@ -110,7 +125,7 @@ impl Group {
         let mut state = self.lock();
         state.failed.get_or_insert(cause);
         self.stopped.store(true, Release);
-        self.flushed.iter().for_each(Condvar::notify_all);
+        (0..2).for_each(|cv| self.wake_all(&mut state, cv));
     }
 
     /// Called by the leader's flush once it knows what it covers: it writes the log up to
@@ -156,8 +171,8 @@ impl Group {
             }
             if done.load(Acquire) >= lsn {
                 if let Some(cv) = baton {
-                    if !state.leading && state.asleep[cv] > 0 {
-                        self.flushed[cv].notify_one();
+                    if !state.leading {
+                        self.wake_one(&mut state, cv);
                     }
                 }
                 return Ok(());
@@ -170,37 +185,100 @@ impl Group {
                 let round = state.round + u64::from(!covered);
                 let cv = (round % 2) as usize;
                 state.asleep[cv] += 1;
-                // Decided and slept on in one critical section: the leader wakes this round's
-                // sleepers after it clears `leading` under the mutex, so it cannot be missed.
-                state = self.flushed[cv].wait(state).unwrap_or_else(|p| p.into_inner());
-                state.asleep[cv] -= 1;
-                baton = (!covered).then_some(cv);
+                let gen = self.woken[cv].load(Relaxed);
+                drop(state);
+                // Decided before the mutex was let go, and `validate` runs under the parking
+                // queue's lock: a flush's end that wakes this parity bumps `woken[cv]` first,
+                // so it either finds this waiter parked or makes it not park (invariant 2).
+                // SAFETY: the key is this group's own atomic; `validate` only loads it.
+                unsafe { park::park(self.key(cv), || self.woken[cv].load(Relaxed) == gen) };
+                // Woken with every sleeper of its parity and covered: done, no mutex taken (a
+                // flush's end wakes up to all its committers at once).
+                let all = self.woken[cv].load(Acquire) != gen;
+                if all && done.load(Acquire) >= lsn && !self.stopped.load(Acquire) {
+                    return Ok(());
+                }
+                state = self.lock();
+                // Woken with all (that flush's end took this waiter off the count and dealt
+                // with the next round's sleepers itself), or alone, to lead the next flush.
+                let all = self.woken[cv].load(Relaxed) != gen;
+                if !all {
+                    state.asleep[cv] -= 1;
+                }
+                baton = (!covered && !all).then_some(cv);
                 continue;
             }
-            state.leading = true;
+            state = self.lead(state, &mut flush);
+            baton = None;
+        }
+    }
+
+    /// Runs flushes as the leader, from the locked `state` with no flush under way, and
+    /// returns the state locked again with none under way. After each flush it wakes the
+    /// sleepers the flush covered; if others sleep for the next one, it runs that one too, up
+    /// to [`Group::chain`] flushes in a row, so the next flush starts at once instead of
+    /// after a sleeper's wake-up; after the last one it wakes one of them to lead.
+    fn lead<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        flush: &mut impl FnMut(u64) -> Result<()>,
+    ) -> MutexGuard<'a, State> {
+        state.leading = true;
+        let mut runs = 0u32;
+        loop {
             state.round += 1;
             (state.covers, state.covers_sync) = (0, false);
             let sync_to = state.want_sync;
             drop(state);
             let result = flush(sync_to);
             state = self.lock();
-            state.leading = false;
+            runs += 1;
             if let Err(e) = result {
+                state.leading = false;
                 state.failed.get_or_insert_with(|| e.to_string());
                 self.stopped.store(true, Release);
-                self.flushed.iter().for_each(Condvar::notify_all);
-            } else {
-                let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
-                // Only where someone sleeps: a wake-up is a system call even when nobody waits,
-                // and a lone committer leads every flush.
-                if state.asleep[this] > 0 {
-                    self.flushed[this].notify_all();
-                }
-                if state.asleep[next] > 0 {
-                    self.flushed[next].notify_one();
-                }
+                (0..2).for_each(|cv| self.wake_all(&mut state, cv));
+                return state;
             }
-            baton = None;
+            let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
+            // Only where someone sleeps: a wake-up is a system call even when nobody waits,
+            // and a lone committer leads every flush.
+            self.wake_all(&mut state, this);
+            if state.asleep[next] == 0 || runs > self.chain {
+                state.leading = false;
+                self.wake_one(&mut state, next);
+                return state;
+            }
+        }
+    }
+
+    /// The parking key of round parity `cv`.
+    fn key(&self, cv: usize) -> usize {
+        &self.woken[cv] as *const AtomicU64 as usize
+    }
+
+    /// Wakes every sleeper of round parity `cv` (under the mutex: `state` is its guard).
+    fn wake_all(&self, state: &mut State, cv: usize) {
+        // Only where someone sleeps: a wake-up is a system call even when nobody waits, and a
+        // lone committer leads every flush.
+        if state.asleep[cv] > 0 {
+            state.asleep[cv] = 0;
+            self.woken[cv].fetch_add(1, Release);
+            // SAFETY: the key is this group's own atomic.
+            unsafe { park::unpark_all(self.key(cv)) };
+        }
+    }
+
+    /// Wakes one sleeper of round parity `cv`, to lead the next flush (under the mutex). If
+    /// none is parked yet (one decided to sleep but has not parked), every sleeper of `cv` is
+    /// told to look again instead, so the wake-up cannot be lost.
+    fn wake_one(&self, state: &mut State, cv: usize) {
+        if state.asleep[cv] > 0 {
+            // SAFETY: the key is this group's own atomic; the callback touches nothing.
+            let woke = unsafe { park::unpark_one(self.key(cv), |_| TOKEN_RETRY) };
+            if !woke.unparked {
+                self.wake_all(state, cv);
+            }
         }
     }
 }
@@ -215,9 +293,9 @@ mod loom_tests {
     /// `n` committers append one record each and wait for it (every one but the second wants
     /// it synced); the leader's flush says what it covers if `says` (as the log's does). Each
     /// returns covered, and no interleaving loses a wake-up (loom reports that as a deadlock).
-    fn committers_return_covered(n: usize, says: bool) {
+    fn committers_return_covered(n: usize, says: bool, chain: u32) {
         loom::model(move || {
-            let group = Arc::new(Group::new(0));
+            let group = Arc::new(Group::new(0, chain));
             let tail = Arc::new(Tail::new(0));
             let handles: Vec<_> = (0..n)
                 .map(|i| {
@@ -256,21 +334,28 @@ mod loom_tests {
     /// leader is woken: the wake-up must be handed on.
     #[test]
     fn every_waiter_returns_covered() {
-        committers_return_covered(2, false);
+        committers_return_covered(2, false, 0);
     }
 
     /// Three committers, the leader saying what its flush covers: whichever variable each
     /// waiter slept on, it returns covered.
     #[test]
     fn every_waiter_returns_covered_when_the_leader_says_what_it_covers() {
-        committers_return_covered(3, true);
+        committers_return_covered(3, true, 0);
+    }
+
+    /// The same with chained flushes: a leader that runs the next round's flush itself wakes
+    /// that round's sleepers at its end, and after its last one hands the next on.
+    #[test]
+    fn every_waiter_returns_covered_when_leaders_chain_flushes() {
+        committers_return_covered(3, true, 1);
     }
 
     /// A failed flush fails every waiter, and nobody flushes after it.
     #[test]
     fn a_failed_flush_fails_everyone_and_stops_flushing() {
         loom::model(|| {
-            let group = Arc::new(Group::new(0));
+            let group = Arc::new(Group::new(0, 0));
             let flushes = Arc::new(Tail::new(0));
             let handles: Vec<_> = (1..=2u64)
                 .map(|lsn| {

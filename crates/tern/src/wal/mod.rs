@@ -104,10 +104,10 @@ pub struct WalConfig {
     /// A checkpoint starts on its own once this much log was written since the last.
     pub checkpoint_bytes: u64,
     /// A checkpoint also starts on its own once this long has passed since the last, if
-    /// anything was logged meanwhile. Off (`None`) by default: a checkpoint still writes the
-    /// whole database, so on a large database a short interval costs a full write each time
-    /// for a trickle of commits (`checkpoint_bytes` already bounds the log to replay). At
-    /// least 1 ms.
+    /// anything was logged meanwhile. Off (`None`) by default (`checkpoint_bytes` already
+    /// bounds the log to replay); a checkpoint writes the pages changed since the last one,
+    /// and a page is written whole however little of it changed, so a short interval under a
+    /// trickle of scattered commits writes a page per commit. At least 1 ms.
     pub checkpoint_interval: Option<Duration>,
     /// Log replay at open sorts and applies the log in batches of this many bytes of keys and
     /// values (two in flight, memory besides the cache). `None`: an eighth of
@@ -128,6 +128,12 @@ pub struct WalConfig {
     /// is `SIGBUS`), and those that cannot allocate or map (see
     /// [`FsFile::map`]), get the writes.
     pub mapped: bool,
+    /// Group commit: a leader whose flush ended while other committers wait for the next one
+    /// runs that one too, up to this many flushes after its own, instead of waking one of them
+    /// to run it (the next `fdatasync` starts at once rather than after a thread's wake-up;
+    /// the chaining leader returns that much later). 0 (the default): every flush hands on.
+    /// On a 2-CPU machine with 32 committers, 8 measured no faster than 0 (docs/durability.md).
+    pub chain_flushes: u32,
 }
 
 impl Default for WalConfig {
@@ -140,6 +146,7 @@ impl Default for WalConfig {
             replay_batch_bytes: None,
             checkpoint_on_close: true,
             mapped: true,
+            chain_flushes: 0,
         }
     }
 }
@@ -339,7 +346,7 @@ impl Wal {
                 },
                 *APPEND_CLASS,
             ),
-            group: Group::new(start),
+            group: Group::new(start, config.chain_flushes),
             io: StdMutex::new(Io {
                 file,
                 seq,
