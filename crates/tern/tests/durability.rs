@@ -445,7 +445,10 @@ fn durability_modes_and_group_commit() {
 
 /// Group commit under load, with and without chained flushes, on both kinds of log: 16
 /// threads of `Sync` commits (every other thread also committing `NoSync` ones in between) all
-/// return, and a crash copy taken afterwards holds every commit (each one's sync covered it).
+/// return, every record is in the log, and a copy of the files taken afterwards (what the OS
+/// holds: written, not necessarily synced) opens with every commit. A stress test: lost
+/// wake-ups are the loom models' job (`wal/group.rs`; the log's periodic flush would rescue a
+/// stranded sleeper here).
 #[test]
 fn group_commit_chained_or_not_returns_every_committer_durable() {
     for (chain_flushes, mapped) in [(0, true), (8, true), (0, false), (8, false)] {
@@ -469,7 +472,7 @@ fn group_commit_chained_or_not_returns_every_committer_durable() {
         });
         let stats = db.stats().wal.unwrap();
         assert_eq!(stats.records, 16 * 60, "chain {chain_flushes}, mapped {mapped}: {stats:?}");
-        assert_eq!(stats.group_sizes.iter().sum::<u64>(), stats.flushes, "{stats:?}");
+        assert!(stats.syncs >= 1 && stats.syncs < 16 * 60, "grouped: {stats:?}");
         let copy = copy_dir(dir.path());
         std::mem::forget(db);
         let db = Db::open(copy.path(), opts).unwrap();

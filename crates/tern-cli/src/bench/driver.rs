@@ -55,10 +55,11 @@ pub struct DriverArgs {
     /// Engines, comma separated: tern, lmdb, wiredtiger, bdb, rocksdb (peers need a build with
     /// `--features peers`), and tern's A/B variants tern-written (its log written by a group
     /// commit leader's write(2), not mapped), tern-fifo (every released lock handed to its
-    /// first waiter: no barging), tern-chain (group commit leaders run up to 8 flushes in a row
-    /// while others wait, instead of waking the next one's leader) and tern-pause (every latch class on the fixed PAUSE policy
-    /// instead of the adaptive default; only with --memory-limit, which gives each engine a
-    /// process of its own) [default: tern; compare: every engine in this build].
+    /// first waiter: no barging), tern-chain (group commit leaders run up to 8 flushes in a
+    /// row while others wait, instead of waking the next one's leader) and tern-pause (every
+    /// latch class on the fixed PAUSE policy instead of the adaptive default; only with
+    /// --memory-limit, which gives each engine a process of its own) [default: tern; compare:
+    /// every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),

@@ -32,7 +32,8 @@
 //!    someone sleeps, a wake-up is on its way to someone who will lead or pass it on.
 //! 3. `written` and `durable` only grow, and a waiter returns `Ok` only once the position it
 //!    waits for is covered; after a failed flush every waiter (and every later one) gets the
-//!    error instead, and no flush runs again.
+//!    error instead, except a leader whose own flush covered it before a flush it chained for
+//!    others failed; and no flush runs again.
 //!
 //! Model-checked with loom (`loom_tests` below): the same code, with loom's mutex and atomics
 //! and the model of `sync::park`.
@@ -203,18 +204,25 @@ impl Group {
                 // with the next round's sleepers itself), or alone, to lead the next flush.
                 let all = self.woken[cv].load(Relaxed) != gen;
                 if !all {
-                    state.asleep[cv] -= 1;
+                    state.asleep[cv] = state.asleep[cv].checked_sub(1).expect("a sleeper woken alone is still counted");
                 }
                 baton = (!covered && !all).then_some(cv);
                 continue;
             }
-            state = self.lead(state, &mut flush);
+            let own_flush_ok;
+            (state, own_flush_ok) = self.lead(state, &mut flush);
+            // Its own flush succeeded and reached this leader's position: a later flush it
+            // chained for others may have failed, but that is theirs to report.
+            if own_flush_ok && done.load(Acquire) >= lsn {
+                return Ok(());
+            }
             baton = None;
         }
     }
 
     /// Runs flushes as the leader, from the locked `state` with no flush under way, and
-    /// returns the state locked again with none under way. After each flush it wakes the
+    /// returns the state locked again with none under way, and whether the first flush (the
+    /// leader's own) succeeded. After each flush it wakes the
     /// sleepers the flush covered; if others sleep for the next one, it runs that one too, up
     /// to [`Group::chain`] flushes in a row, so the next flush starts at once instead of
     /// after a sleeper's wake-up; after the last one it wakes one of them to lead.
@@ -222,7 +230,7 @@ impl Group {
         &'a self,
         mut state: MutexGuard<'a, State>,
         flush: &mut impl FnMut(u64) -> Result<()>,
-    ) -> MutexGuard<'a, State> {
+    ) -> (MutexGuard<'a, State>, bool) {
         state.leading = true;
         let mut runs = 0u32;
         loop {
@@ -238,16 +246,16 @@ impl Group {
                 state.failed.get_or_insert_with(|| e.to_string());
                 self.stopped.store(true, Release);
                 (0..2).for_each(|cv| self.wake_all(&mut state, cv));
-                return state;
+                return (state, runs > 1);
             }
             let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
             // Only where someone sleeps: a wake-up is a system call even when nobody waits,
             // and a lone committer leads every flush.
             self.wake_all(&mut state, this);
-            if state.asleep[next] == 0 || runs > self.chain {
+            if state.asleep[next] == 0 || runs > self.chain || state.failed.is_some() {
                 state.leading = false;
                 self.wake_one(&mut state, next);
-                return state;
+                return (state, true);
             }
         }
     }
@@ -349,6 +357,49 @@ mod loom_tests {
     #[test]
     fn every_waiter_returns_covered_when_leaders_chain_flushes() {
         committers_return_covered(3, true, 1);
+    }
+
+    /// Chained flushes, the second of which fails: the leader, whose position its first flush
+    /// made durable, returns `Ok`; every committer returns `Ok` only if durable, else the
+    /// error (a waiter covered by the first flush but woken after the failure may get the
+    /// error too: its commit may or may not survive, as the error says).
+    #[test]
+    fn a_leader_whose_chained_flush_fails_returns_its_own_durable_commit() {
+        loom::model(|| {
+            let group = Arc::new(Group::new(0, 1));
+            let tail = Arc::new(Tail::new(0));
+            let flushes = Arc::new(Tail::new(0));
+            let first = Arc::new(Tail::new(0));
+            let handles: Vec<_> = (1..=3u64)
+                .map(|me| {
+                    let (group, tail, flushes, first) = (group.clone(), tail.clone(), flushes.clone(), first.clone());
+                    loom::thread::spawn(move || {
+                        let lsn = tail.fetch_add(1, AcqRel) + 1;
+                        let r = group.wait(lsn, true, |_| {
+                            if flushes.fetch_add(1, Relaxed) > 0 {
+                                return Err(Error::InvalidArgument("disk on fire".into()));
+                            }
+                            first.store(me, Relaxed);
+                            let end = tail.load(Acquire);
+                            group.flushing(end, true);
+                            group.set_written(end);
+                            group.set_durable(end);
+                            Ok(())
+                        });
+                        if first.load(Relaxed) == me {
+                            assert!(r.is_ok(), "the leader's own flush made it durable: {r:?}");
+                        }
+                        match r {
+                            Ok(()) => assert!(group.durable() >= lsn),
+                            Err(e) => assert!(matches!(e, Error::CommitNotDurable { .. })),
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+        });
     }
 
     /// A failed flush fails every waiter, and nobody flushes after it.
