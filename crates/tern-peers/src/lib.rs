@@ -130,10 +130,19 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 /// `tern-written`, tern with its log written by a group-commit leader's `write` instead of
 /// copied into mapped log files (`WalConfig::mapped` off); `tern-fifo`, tern handing every
 /// released lock to its first waiter (`LockConfig::barging` off); `tern-chain`, tern's group
-/// commit leaders chaining up to 8 flushes (`WalConfig::chain_flushes`, 0 by default); `tern-pause`, tern's latches
-/// with the fixed PAUSE policy instead of the adaptive default (in a worker process of its own
-/// only: `--memory-limit`).
+/// commit leaders chaining up to 8 flushes (`WalConfig::chain_flushes`, 0 by default);
+/// `tern-pause`, tern's latches with the fixed PAUSE policy instead of the adaptive default (in
+/// a worker process of its own only: `--memory-limit`).
 pub const TERN_VARIANTS: [&str; 4] = ["tern-written", "tern-fifo", "tern-chain", "tern-pause"];
+
+/// Every engine a build with `--features peers` can open, tern first.
+pub const ENGINES: [&str; 5] = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
+
+/// The error message for an engine name that is neither an engine nor a tern variant.
+pub fn unknown_engine(name: &str) -> String {
+    let known: Vec<&str> = ENGINES.iter().chain(&TERN_VARIANTS).copied().collect();
+    format!("unknown engine {name:?} ({})", known.join(", "))
+}
 
 /// The engines this build can open, tern first.
 pub fn available() -> Vec<&'static str> {
@@ -297,9 +306,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
                  `scripts/install-peers.sh`)"
             )))
         }
-        _ => Err(PeerError::Failed(format!(
-            "unknown engine {name:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-chain, tern-pause)"
-        ))),
+        _ => Err(PeerError::Failed(unknown_engine(name))),
     }
 }
 

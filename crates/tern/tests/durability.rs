@@ -472,7 +472,9 @@ fn group_commit_chained_or_not_returns_every_committer_durable() {
         });
         let stats = db.stats().wal.unwrap();
         assert_eq!(stats.records, 16 * 60, "chain {chain_flushes}, mapped {mapped}: {stats:?}");
-        assert!(stats.syncs >= 1 && stats.syncs < 16 * 60, "grouped: {stats:?}");
+        // 800 `Sync` commits (8 threads of 60, 8 of 40): fewer syncs means some flush covered
+        // several of them.
+        assert!(stats.syncs >= 1 && stats.syncs < 800, "grouped: {stats:?}");
         let copy = copy_dir(dir.path());
         std::mem::forget(db);
         let db = Db::open(copy.path(), opts).unwrap();

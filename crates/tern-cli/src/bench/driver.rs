@@ -265,16 +265,13 @@ impl DriverArgs {
         let available = tern_peers::available();
         for n in &names {
             if !available.contains(&n.as_str()) && !tern_peers::TERN_VARIANTS.contains(&n.as_str()) {
-                let known = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
-                return Err(if known.contains(&n.as_str()) {
+                return Err(if tern_peers::ENGINES.contains(&n.as_str()) {
                     format!(
                         "engine {n:?} is not in this build: build with `--features peers` (after \
                          scripts/install-peers.sh), e.g. `cargo run --release --features peers -- bench ...`"
                     )
                 } else {
-                    format!(
-                        "unknown engine {n:?} (tern, lmdb, wiredtiger, bdb, rocksdb, tern-written, tern-fifo, tern-chain, tern-pause)"
-                    )
+                    tern_peers::unknown_engine(n)
                 });
             }
         }

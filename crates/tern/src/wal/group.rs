@@ -222,10 +222,10 @@ impl Group {
 
     /// Runs flushes as the leader, from the locked `state` with no flush under way, and
     /// returns the state locked again with none under way, and whether the first flush (the
-    /// leader's own) succeeded. After each flush it wakes the
-    /// sleepers the flush covered; if others sleep for the next one, it runs that one too, up
-    /// to [`Group::chain`] flushes in a row, so the next flush starts at once instead of
-    /// after a sleeper's wake-up; after the last one it wakes one of them to lead.
+    /// leader's own) succeeded. After each flush it wakes the sleepers the flush covered; if
+    /// others sleep for the next one, it runs that one too, up to [`Group::chain`] flushes
+    /// after its own, so the next flush starts at once instead of after a sleeper's wake-up;
+    /// after the last one it wakes one of them to lead.
     fn lead<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
@@ -249,8 +249,6 @@ impl Group {
                 return (state, runs > 1);
             }
             let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
-            // Only where someone sleeps: a wake-up is a system call even when nobody waits,
-            // and a lone committer leads every flush.
             self.wake_all(&mut state, this);
             if state.asleep[next] == 0 || runs > self.chain || state.failed.is_some() {
                 state.leading = false;
