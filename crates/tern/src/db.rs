@@ -25,7 +25,7 @@ use crate::buffer::{BufferStats, Pool, PoolConfig, PAGE_FILE};
 use crate::checkpoint::{self, CheckpointStats};
 use crate::fs::{Fs, StdFs};
 use crate::lock::{LockConfig, LockManager, LockStats};
-use crate::recovery::{self, DirLock, Recovered, RecoveryStats};
+use crate::recovery::{self, Deferred, DirLock, Recovered, RecoveryStats};
 use crate::settings::{self, Settings};
 use crate::sync::{LatchClass, LatchStats, Mutex, RwLatch, SpinConfig, SpinPolicy};
 use crate::txn::chains::Chains;
@@ -36,6 +36,7 @@ use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
@@ -164,6 +165,39 @@ pub(crate) struct DbInner {
     pub durable: Option<Durable>,
     /// Where every table's pages live.
     pub pool: Arc<Pool>,
+    /// The log's last batch of writes, applied after the open (`recovery/deferred.rs`).
+    redo: Option<Redo>,
+}
+
+/// The deferred writes of a replay and the thread that applies them.
+struct Redo {
+    deferred: Arc<Deferred>,
+    thread: StdMutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Redo {
+    /// Starts the thread applying `deferred` to `tables` (those of the open).
+    fn start(deferred: Arc<Deferred>, tables: Vec<Arc<TableInner>>) -> Result<Redo> {
+        let work = deferred.clone();
+        let thread = std::thread::Builder::new()
+            .name("tern-redo".into())
+            .spawn(move || {
+                let trees = |id: u32| tables.get(id as usize).map(|t: &Arc<TableInner>| &t.tree);
+                // An error stays with its chunk (deferred.rs, invariant 3): whoever needs the
+                // chunk, and every checkpoint, gets it.
+                let _ = work.settle_all(&trees, true);
+            })
+            .map_err(|source| Error::Io { what: "starting the deferred replay thread".into(), source })?;
+        Ok(Redo { deferred, thread: StdMutex::new(Some(thread)) })
+    }
+
+    /// Stops the thread after its chunk and waits for it.
+    fn stop(&self) {
+        self.deferred.stop();
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// What a database on disk has besides its tables.
@@ -252,13 +286,24 @@ impl Db {
             Some(pages) => Pool::open_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE), false, pages),
             None => Pool::with_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE)),
         };
-        let recovered = recovery::recover(&*fs, dir, options.tree, &open_pool, true, options.wal.replay_batch_bytes)?;
+        let (batch, defer) = (options.wal.replay_batch_bytes, options.wal.deferred_replay);
+        let recovered = recovery::recover(&*fs, dir, options.tree, &open_pool, true, batch, defer)?;
         if stored.is_none() {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
         crate::txn::context::clock_advance_to(recovered.max_ts);
         let Recovered {
-            pool, chains, tables, log_files, end, next_log_seq, checkpoint_seq, checkpoint_lsn, stats, ..
+            pool,
+            chains,
+            tables,
+            log_files,
+            end,
+            next_log_seq,
+            checkpoint_seq,
+            checkpoint_lsn,
+            deferred,
+            stats,
+            ..
         } = recovered;
         let restored = Chains::new();
         for (pid, id, value) in &chains {
@@ -284,7 +329,11 @@ impl Db {
             checkpointer: StdMutex::new(None),
             _lock: lock,
         };
-        let db = Db::new(Some(dir.to_path_buf()), options, pool, tables, restored, Some(durable))?;
+        let mut db = Db::new(Some(dir.to_path_buf()), options, pool, tables, restored, Some(durable))?;
+        if let Some(deferred) = deferred {
+            let inner = Arc::get_mut(&mut db.inner).expect("a new database has one handle");
+            inner.redo = Some(Redo::start(Arc::new(deferred), inner.catalog.read().by_id.clone())?);
+        }
         db.start_checkpointer();
         Ok(db)
     }
@@ -343,6 +392,7 @@ impl Db {
                 global,
                 durable,
                 pool,
+                redo: None,
             }),
         })
     }
@@ -558,7 +608,11 @@ impl Db {
                 .as_ref()
                 .map(|d| d.checkpoint_stats.lock().unwrap_or_else(|p| p.into_inner()).clone())
                 .unwrap_or_default(),
-            recovery: inner.durable.as_ref().map(|d| d.recovery.clone()),
+            recovery: inner.durable.as_ref().map(|d| {
+                let mut recovery = d.recovery.clone();
+                recovery.deferred_millis = inner.redo.as_ref().and_then(|r| r.deferred.finished_millis());
+                recovery
+            }),
             buffer: inner.pool.stats(),
         }
     }
@@ -720,6 +774,8 @@ impl DbInner {
             if !force && newest.is_some() && d.wal.end() == d.wal.checkpoint_lsn() {
                 return Ok(None);
             }
+            // The checkpoint replaces the log that holds the deferred writes.
+            self.settle_all()?;
             let read = TxnOptions { read_only: true, ..TxnOptions::default() };
             let (txn, lsn) = d.wal.fence(|| Txn::begin(self, read));
             // The log up to the checkpoint's position must be on disk before the checkpoint
@@ -820,11 +876,47 @@ impl DbInner {
     fn shutdown(&self) -> Result<()> {
         let Some(d) = &self.durable else { return Ok(()) };
         self.stop_checkpointer();
+        // No thread of ours may touch the pages once the directory is released; what it left
+        // is applied by the checkpoint below, or replayed again by the next open.
+        if let Some(r) = &self.redo {
+            r.stop();
+        }
         d.wal.check_writable()?;
         if self.options.wal.checkpoint_on_close {
             self.checkpoint()?;
         }
         d.wal.shutdown()
+    }
+
+    /// Applies the deferred replayed write of `key` in `table`, if one is left (see
+    /// `recovery/deferred.rs`): every transaction calls this before it reads or writes a key.
+    #[inline(always)]
+    pub fn settle(&self, table: &TableInner, key: &[u8]) -> Result<()> {
+        match &self.redo {
+            Some(r) if !r.deferred.is_done() => r.deferred.settle_key(table.id, key, &table.tree),
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies the deferred replayed writes of `table` within `range`, if any are left: every
+    /// scan calls this before it starts.
+    #[inline]
+    pub fn settle_range(&self, table: &TableInner, range: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<()> {
+        match &self.redo {
+            Some(r) if !r.deferred.is_done() => r.deferred.settle_range(table.id, range, &table.tree),
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies every deferred replayed write left (a checkpoint must hold them all).
+    fn settle_all(&self) -> Result<()> {
+        match &self.redo {
+            Some(r) if !r.deferred.is_done() => {
+                let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
+                r.deferred.settle_all(&|id| tables.get(id as usize).map(|t| &t.tree), false)
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn table(&self, name: &str) -> Result<Table> {

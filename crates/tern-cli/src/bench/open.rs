@@ -12,9 +12,12 @@
 //! 4. **open-crash**: a child process (this program again) opens the database, commits about
 //!    `--log-bytes` of updates (NoSync: each record reaches the operating system at commit) and
 //!    is killed with SIGKILL; then the database is reopened `--rounds` times and each open is
-//!    timed, with the log bytes it replayed.
+//!    timed, with the log bytes it replayed, in each `--replay` mode (deferred: the log's last
+//!    batch applied after the open; eager: before it), alternating round by round.
 //!
-//! After every open a sample of records is read back and checked against its last write.
+//! After every open a sample of records is read back and checked against its last write (the
+//! reads apply the deferred writes they need), then the benchmark waits until every deferred
+//! write is applied and reports when, from the open's start.
 
 use super::dist::mix64;
 use super::harness;
@@ -37,8 +40,12 @@ the database cleanly (a checkpoint); reopen it --rounds times and time Db::open 
 update --updates random records and time Db::checkpoint(), reporting the bytes it wrote against
 the database's size on disk (checkpoint); then a child process commits about --log-bytes of
 updates and is killed with SIGKILL, and the database is reopened --rounds times (open-crash:
-the open replays that log). Every open is split as tern's recovery counts it (checkpoint load,
-log replay, other) and followed by a check of a sample of records against their last write.
+the open replays that log; with --replay deferred,eager, opens that defer the log's last batch
+(WalConfig::deferred_replay, the default) alternate with opens that apply it first, reported as
+variants tern and tern-eager). Every open is split as tern's recovery counts it (checkpoint
+load, log replay, other) and followed by a check of a sample of records against their last
+write (the reads apply the deferred writes they need); then the benchmark waits until every
+deferred write is applied and reports when that was, from the open's start.
 --cold drops the database's files from the page cache before each open (posix_fadvise
 DONTNEED). The directory is created under --dir (default: the system's temporary directory)
 and removed afterwards.";
@@ -73,6 +80,12 @@ pub struct OpenArgs {
     /// Drop the database's files from the page cache before each open.
     #[arg(long)]
     pub cold: bool,
+    /// How the opens after the kill replay the log, comma-separated, alternating round by
+    /// round: `deferred` (`WalConfig::deferred_replay`, the default: the open returns once the
+    /// log is read, its last batch applied afterwards) and `eager` (every write applied
+    /// before the open returns), reported as variants `tern` and `tern-eager`.
+    #[arg(long, value_delimiter = ',', default_value = "deferred", value_name = "MODE,..")]
+    pub replay: Vec<ReplayMode>,
     /// Directory the database's directory is created in (removed afterwards) [default: the
     /// system's temporary directory].
     #[arg(long, value_name = "PATH")]
@@ -102,13 +115,41 @@ impl OpenArgs {
         if self.updates == 0 || self.updates > 1 << 32 {
             return Err(format!("--updates must be in 1..=2^32, got {}", self.updates));
         }
+        if self.replay.is_empty() {
+            return Err("--replay needs at least one of deferred, eager".into());
+        }
         check_log_args(self.log_bytes, self.value_bytes, self.rounds, self.dir.as_deref())
     }
 }
 
+/// How an open replays the log (`--replay`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayMode {
+    /// `WalConfig::deferred_replay` on.
+    Deferred,
+    /// `WalConfig::deferred_replay` off.
+    Eager,
+}
+
+impl ReplayMode {
+    fn variant(self) -> &'static str {
+        match self {
+            ReplayMode::Deferred => "tern",
+            ReplayMode::Eager => "tern-eager",
+        }
+    }
+}
+
 /// One timed open.
+#[derive(Clone)]
 struct Open {
+    mode: ReplayMode,
     secs: f64,
+    /// Writes left to apply after the open returned, and when (from the open's start) every
+    /// one was applied; the time the checks' reads right after the open took.
+    deferred_writes: u64,
+    settled_secs: f64,
+    reads_secs: f64,
     checkpoint_ms: u64,
     replay_ms: u64,
     recovery_ms: u64,
@@ -208,8 +249,8 @@ fn one_size(
         return Ok(());
     }
 
-    // 2. Reopen after the clean close.
-    let opens = reopen_rounds(args, path, &expect)?;
+    // 2. Reopen after the clean close (nothing to replay: one mode).
+    let opens = reopen_rounds(args, path, &expect, &args.replay[..1])?;
     out.push(open_record(args, params("open-clean"), &opens, 0, notes, n, "clean"));
     if harness::interrupted() {
         return Ok(());
@@ -240,14 +281,17 @@ fn one_size(
     // 4. A child writes a log and is killed; reopen.
     let (commits, log_bytes) = crash(args, n, path)?;
     expect.child_commits = commits;
-    let opens = reopen_rounds(args, path, &expect)?;
+    let opens = reopen_rounds(args, path, &expect, &args.replay)?;
     if let Some(o) = opens.iter().find(|o| o.records_replayed != commits) {
         return Err(format!(
             "after the kill, the open replayed {} records; the child committed {commits}",
             o.records_replayed
         ));
     }
-    out.push(open_record(args, params("open-crash"), &opens, log_bytes, notes, n, "kill -9"));
+    for &mode in &args.replay {
+        let of_mode: Vec<Open> = opens.iter().filter(|o| o.mode == mode).cloned().collect();
+        out.push(open_record(args, params("open-crash"), &of_mode, log_bytes, notes, n, "kill -9"));
+    }
     Ok(())
 }
 
@@ -277,31 +321,46 @@ fn load(args: &OpenArgs, n: u64, path: &Path) -> Result<(f64, f64), String> {
     Ok((load_secs, start.elapsed().as_secs_f64()))
 }
 
-/// Opens the database `args.rounds` times, checking records after each and closing without a
-/// checkpoint.
-fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect) -> Result<Vec<Open>, String> {
+/// Opens the database `args.rounds` times in each of `modes` (alternating), checking records
+/// after each (the reads settle the deferred writes they need), waiting until every deferred
+/// write is applied, and closing without a checkpoint.
+fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect, modes: &[ReplayMode]) -> Result<Vec<Open>, String> {
     let mut opens = Vec::new();
     for _ in 0..args.rounds {
-        if harness::interrupted() {
-            break;
+        for &mode in modes {
+            if harness::interrupted() {
+                break;
+            }
+            if args.cold {
+                evict(path, "")?;
+            }
+            let mut options = options(args, false);
+            options.wal.deferred_replay = mode == ReplayMode::Deferred;
+            let start = Instant::now();
+            let db = Db::open(path, options).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+            let secs = start.elapsed().as_secs_f64();
+            let r = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
+            let reading = Instant::now();
+            check_records(&db, args, expect)?;
+            let reads_secs = reading.elapsed().as_secs_f64();
+            while r.deferred_writes > 0 && db.stats().recovery.is_some_and(|r| r.deferred_millis.is_none()) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let settled_secs = start.elapsed().as_secs_f64();
+            db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
+            opens.push(Open {
+                mode,
+                secs,
+                deferred_writes: r.deferred_writes,
+                settled_secs,
+                reads_secs,
+                checkpoint_ms: r.checkpoint_millis,
+                replay_ms: r.replay_millis,
+                recovery_ms: r.millis,
+                bytes_replayed: r.bytes_replayed,
+                records_replayed: r.records_replayed,
+            });
         }
-        if args.cold {
-            evict(path, "")?;
-        }
-        let start = Instant::now();
-        let db = Db::open(path, options(args, false)).map_err(|e| format!("reopening {}: {e}", path.display()))?;
-        let secs = start.elapsed().as_secs_f64();
-        let r = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
-        check_records(&db, args, expect)?;
-        db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
-        opens.push(Open {
-            secs,
-            checkpoint_ms: r.checkpoint_millis,
-            replay_ms: r.replay_millis,
-            recovery_ms: r.millis,
-            bytes_replayed: r.bytes_replayed,
-            records_replayed: r.records_replayed,
-        });
     }
     if opens.is_empty() {
         return Err("interrupted before the first open".into());
@@ -322,8 +381,18 @@ fn open_record(
     let mut order: Vec<&Open> = opens.iter().collect();
     order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
     let mid = order[order.len() / 2];
+    let mode = mid.mode;
+    let median = |f: fn(&Open) -> f64| {
+        let mut v: Vec<f64> = opens.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (settled, reads) = (median(|o| o.settled_secs), median(|o| o.reads_secs));
     let mut extra = Map::new();
     extra.insert("open_ms".into(), round3(mid.secs * 1e3));
+    extra.insert("deferred_writes".into(), json!(mid.deferred_writes));
+    extra.insert("all_applied_ms".into(), round3(settled * 1e3));
+    extra.insert("first_reads_ms".into(), round3(reads * 1e3));
     extra.insert("checkpoint_ms".into(), json!(mid.checkpoint_ms));
     extra.insert("replay_ms".into(), json!(mid.replay_ms));
     extra.insert("other_ms".into(), json!(mid.recovery_ms.saturating_sub(mid.checkpoint_ms + mid.replay_ms)));
@@ -342,15 +411,24 @@ fn open_record(
         min_ops_per_sec: rate(order[rounds - 1]),
         max_ops_per_sec: rate(order[0]),
         rounds,
-        ..Record::single("open", "tern".into(), 1, params, 1, mid.secs, extra)
+        ..Record::single("open", mode.variant().into(), 1, params, 1, mid.secs, extra)
+    };
+    let deferred = match mid.deferred_writes {
+        0 => String::new(),
+        w => format!(", {w} writes deferred"),
     };
     notes.push(format!(
-        "{n} records, open after {after}: {:.1} ms (checkpoint {} ms, replay {} ms of {:.1} MiB, other {} ms){}",
+        "{n} records, {} open after {after}: {:.1} ms (checkpoint {} ms, replay {} ms of {:.1} MiB, other {} ms{deferred}); \
+         {} reads after it {:.1} ms; everything applied {:.1} ms after the open began (medians){}",
+        mode.variant(),
         mid.secs * 1e3,
         mid.checkpoint_ms,
         mid.replay_ms,
         mid.bytes_replayed as f64 / (1 << 20) as f64,
         mid.recovery_ms.saturating_sub(mid.checkpoint_ms + mid.replay_ms),
+        READS,
+        reads * 1e3,
+        settled * 1e3,
         if args.rounds > 1 {
             format!("; rounds {}", opens.iter().map(|o| format!("{:.1}", o.secs * 1e3)).collect::<Vec<_>>().join(", "))
         } else {
@@ -440,6 +518,9 @@ fn crash_child(args: &OpenArgs, path: &Path) -> Result<(), String> {
     // Reached only if the parent went away without killing us: leave the log as a crash would.
     std::process::abort();
 }
+
+/// Records [`check_records`] reads at most.
+const READS: usize = 2000;
 
 /// Reads back up to 1000 records spread over the key space and every updated one (up to
 /// 1000); each must hold its last write.

@@ -130,7 +130,7 @@ pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeCo
         }
         None => Pool::with_file(pool_config.clone(), Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE)),
     };
-    let result = recover(&fs, dir, config, &open_pool, false, None).and_then(|recovered| f(&recovered, config));
+    let result = recover(&fs, dir, config, &open_pool, false, None, false).and_then(|recovered| f(&recovered, config));
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }

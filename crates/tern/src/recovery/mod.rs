@@ -18,10 +18,16 @@
 //! 4. The commit clock moves past every recovered timestamp before the database is used, so
 //!    new commits log above the checkpoint's snapshot.
 //!
+//! 5. With deferred replay, the log's last batch is applied after the open returns, and every
+//!    transaction, scan and checkpoint applies what it needs of it first (`deferred.rs`), so
+//!    nothing observable differs from applying it before.
+//!
 //! Files: `lock.rs` (the directory lock), `replay.rs` (the log applied in sorted batches),
-//! `check.rs` (`tern check`: recovery into a scratch pool, then the trees' shapes).
+//! `deferred.rs` (the last batch, applied after the open), `check.rs` (`tern check`: recovery
+//! into a scratch pool, then the trees' shapes).
 
 mod check;
+mod deferred;
 mod lock;
 mod replay;
 #[cfg(test)]
@@ -29,6 +35,7 @@ mod tests;
 
 pub(crate) use check::recover_read_only;
 pub use check::{check, is_database, CheckReport, TableCheck};
+pub(crate) use deferred::Deferred;
 pub(crate) use lock::{lock_dir, DirLock};
 
 use crate::btree::{BTree, TreeConfig};
@@ -69,8 +76,16 @@ pub struct RecoveryStats {
     /// Of [`millis`](RecoveryStats::millis): loading the checkpoint (reading a page
     /// checkpoint's map, or bulk-loading a logical checkpoint's entries).
     pub checkpoint_millis: u64,
-    /// Of [`millis`](RecoveryStats::millis): reading the log and applying it.
+    /// Of [`millis`](RecoveryStats::millis): reading the log and applying it (the writes of
+    /// its last batch only read, sorted and kept, with `WalConfig::deferred_replay`).
     pub replay_millis: u64,
+    /// Writes of the log's last batch left to apply after the open returned
+    /// (`WalConfig::deferred_replay`): a background thread applies them, and the first
+    /// transaction to need one of their keys applies that key's chunk first.
+    pub deferred_writes: u64,
+    /// Milliseconds from the open until every deferred write was applied (`None` while some
+    /// are still to apply, or there were none).
+    pub deferred_millis: Option<u64>,
 }
 
 impl std::fmt::Display for RecoveryStats {
@@ -93,6 +108,12 @@ impl std::fmt::Display for RecoveryStats {
             "; replayed {} log records ({} bytes) from {} log files in {} ms; {} ms in all",
             self.records_replayed, self.bytes_replayed, self.log_files, self.replay_millis, self.millis
         )?;
+        if self.deferred_writes > 0 {
+            write!(f, "; {} writes applied after the open", self.deferred_writes)?;
+            if let Some(ms) = self.deferred_millis {
+                write!(f, " (in {ms} ms)")?;
+            }
+        }
         if let Some(t) = &self.torn_tail {
             write!(f, "; cut a torn tail of {} bytes at {} offset {}", t.bytes, t.file, t.offset)?;
         }
@@ -128,6 +149,8 @@ pub(crate) struct Recovered {
     pub checkpoint_seq: Option<u64>,
     /// The LSN it replays from.
     pub checkpoint_lsn: u64,
+    /// The log's last batch, not applied yet (`defer`).
+    pub deferred: Option<Deferred>,
     pub stats: RecoveryStats,
 }
 
@@ -135,7 +158,8 @@ pub(crate) struct Recovered {
 /// without (`tern check`), nothing is changed. `open_pool` gives the pool: over the page file
 /// with a page checkpoint's pages on disk (`Some`), or a new one (`None`: no checkpoint, or a
 /// logical one, loaded into it). `batch_bytes`: the replay's batch size (`None`:
-/// [`replay::batch_bytes`] of the pool).
+/// [`replay::batch_bytes`] of the pool). With `defer`, the log's last batch is read and
+/// sorted but left to apply ([`Recovered::deferred`], see `deferred.rs`).
 pub(crate) fn recover(
     fs: &dyn Fs,
     dir: &Path,
@@ -143,6 +167,7 @@ pub(crate) fn recover(
     open_pool: &OpenPool<'_>,
     repair: bool,
     batch_bytes: Option<u64>,
+    defer: bool,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut stats = RecoveryStats::default();
@@ -202,9 +227,11 @@ pub(crate) fn recover(
         Some(b) => usize::try_from(b).unwrap_or(usize::MAX),
         None => replay::batch_bytes(&pool, log_bytes(fs, dir)),
     };
-    let log = replay::replay(&mut tables, snapshot, config, &pool, batch, |r| {
+    let (log, last) = replay::replay(&mut tables, snapshot, config, &pool, batch, defer, |r| {
         scan(fs, dir, lsn, repair, |record| r.record(record))
     })?;
+    let deferred = last.map(Deferred::new);
+    stats.deferred_writes = deferred.as_ref().map_or(0, Deferred::writes);
     stats.replay_millis = replaying.elapsed().as_millis() as u64;
     stats.records_replayed = log.records;
     stats.bytes_replayed = log.bytes;
@@ -221,6 +248,7 @@ pub(crate) fn recover(
         end: log.end,
         checkpoint_seq: newest,
         checkpoint_lsn: lsn,
+        deferred,
         stats,
     })
 }

@@ -7,7 +7,10 @@
 //! and applies only the last write of each key, in key order: consecutive writes land in the
 //! same leaf or the next one, whose path is already in the cache. The thread that scans the
 //! log (reads, checks, decodes, gathers and sorts) hands each sorted batch to an applier
-//! thread (`tern-replay`) and goes on reading; two batches are in flight at most.
+//! thread (`tern-replay`) and goes on reading; two batches are in flight at most. With
+//! `WalConfig::deferred_replay`, the last batch is not handed over: once every batch before it
+//! is applied, it is returned sorted, one write per key, and applied after the open
+//! (`deferred.rs`).
 //!
 //! # Invariants
 //! 1. Batches are applied whole and in log order, and within a batch each key ends as it would
@@ -72,11 +75,11 @@ type Tables = Vec<(u32, String, BTree)>;
 
 /// One write of a batch: its key and value are in the batch's bytes.
 #[derive(Clone, Copy)]
-struct Write {
+pub(super) struct Write {
     /// The key's first 16 bytes as two big-endian words, zero-padded: they order most pairs
     /// of keys without reading the bytes (keys often share their first 8 bytes).
     head: [u64; 2],
-    table: u32,
+    pub(super) table: u32,
     /// Position in the batch (log order).
     seq: u32,
     /// Offset of the key in the batch's bytes; the value follows it.
@@ -86,11 +89,20 @@ struct Write {
     value_len: u32,
 }
 
+/// A key's first 16 bytes as two big-endian words, zero-padded.
+pub(super) fn head(key: &[u8]) -> [u64; 2] {
+    let mut head = [0u8; 16];
+    let n = key.len().min(16);
+    head[..n].copy_from_slice(&key[..n]);
+    let word = |i: usize| u64::from_be_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+    [word(0), word(8)]
+}
+
 /// Writes gathered from consecutive commits, and their keys and values.
 #[derive(Default)]
-struct Batch {
+pub(super) struct Batch {
     bytes: Vec<u8>,
-    writes: Vec<Write>,
+    pub(super) writes: Vec<Write>,
 }
 
 impl Batch {
@@ -110,12 +122,8 @@ impl Batch {
         if let Some(value) = op.value {
             self.bytes.extend_from_slice(value);
         }
-        let mut head = [0u8; 16];
-        let n = op.key.len().min(16);
-        head[..n].copy_from_slice(&op.key[..n]);
-        let word = |i: usize| u64::from_be_bytes(head[i..i + 8].try_into().expect("8 bytes"));
         self.writes.push(Write {
-            head: [word(0), word(8)],
+            head: head(op.key),
             table: op.table,
             seq: self.writes.len() as u32,
             at,
@@ -125,11 +133,11 @@ impl Batch {
         });
     }
 
-    fn key(&self, w: &Write) -> &[u8] {
+    pub(super) fn key(&self, w: &Write) -> &[u8] {
         &self.bytes[w.at..w.at + w.key_len as usize]
     }
 
-    fn value(&self, w: &Write) -> Option<&[u8]> {
+    pub(super) fn value(&self, w: &Write) -> Option<&[u8]> {
         let start = w.at + w.key_len as usize;
         (w.value_len != DELETE).then(|| &self.bytes[start..start + w.value_len as usize])
     }
@@ -157,6 +165,30 @@ impl Batch {
         a.table == b.table && a.head == b.head && self.tail_order(a, b) == Ordering::Equal
     }
 
+    /// How the key of `w` orders against `key` (whose [`head`] is `head`): the order of
+    /// [`Batch::sort`] within a table, which is the bytes' lexicographic order.
+    pub(super) fn cmp_key(&self, w: &Write, key: &[u8], head: [u64; 2]) -> Ordering {
+        w.head.cmp(&head).then_with(|| match w.key_len <= 16 && key.len() <= 16 {
+            true => (w.key_len as usize).cmp(&key.len()),
+            false => self.key(w).cmp(key),
+        })
+    }
+
+    /// Sorts the batch and keeps only the last write of each key (invariant 1).
+    pub(super) fn sort_last_only(&mut self) {
+        self.sort();
+        let mut writes = std::mem::take(&mut self.writes);
+        let mut kept = 0;
+        for i in 0..writes.len() {
+            if i + 1 == writes.len() || !self.same_key(&writes[i], &writes[i + 1]) {
+                writes[kept] = writes[i];
+                kept += 1;
+            }
+        }
+        writes.truncate(kept);
+        self.writes = writes;
+    }
+
     /// Applies the last write of each key of a sorted batch, in order, table by table, each
     /// table's writes leaf by leaf (`BTree::apply_sorted`).
     fn apply(&self, tables: &Tables) -> Result<()> {
@@ -164,23 +196,30 @@ impl Batch {
         let mut start = 0;
         while let Some(first) = writes.get(start) {
             let end = start + writes[start..].partition_point(|w| w.table == first.table);
-            let mut run = (start..end)
-                // A later write to the same key decides (invariant 1).
-                .filter(|&i| i + 1 == end || !self.same_key(&writes[i], &writes[i + 1]))
-                .map(|i| {
-                    // Sorted writes visit the batch's bytes in random order: fetch ahead.
-                    if let Some(ahead) = writes.get(i + PREFETCH_AHEAD) {
-                        let at = self.bytes.as_ptr().wrapping_add(ahead.at);
-                        prefetch_line(at);
-                        prefetch_line(at.wrapping_add(64));
-                    }
-                    (self.key(&writes[i]), self.value(&writes[i]))
-                })
-                .peekable();
-            tables[first.table as usize].2.apply_sorted(&mut run)?;
+            self.apply_run(start..end, &tables[first.table as usize].2)?;
             start = end;
         }
         Ok(())
+    }
+
+    /// Applies the last write of each key among `writes[run]` (sorted, all of one table) to
+    /// `tree`, leaf by leaf.
+    pub(super) fn apply_run(&self, run: std::ops::Range<usize>, tree: &BTree) -> Result<()> {
+        let writes = &self.writes[run];
+        let mut last = (0..writes.len())
+            // A later write to the same key decides (invariant 1).
+            .filter(|&i| i + 1 == writes.len() || !self.same_key(&writes[i], &writes[i + 1]))
+            .map(|i| {
+                // Sorted writes visit the batch's bytes in random order: fetch ahead.
+                if let Some(ahead) = writes.get(i + PREFETCH_AHEAD) {
+                    let at = self.bytes.as_ptr().wrapping_add(ahead.at);
+                    prefetch_line(at);
+                    prefetch_line(at.wrapping_add(64));
+                }
+                (self.key(&writes[i]), self.value(&writes[i]))
+            })
+            .peekable();
+        tree.apply_sorted(&mut last)
     }
 
     fn clear(&mut self) {
@@ -198,15 +237,18 @@ fn apply(tables: &Tables, table: u32, key: &[u8], value: Option<&[u8]>) -> Resul
 }
 
 /// Replays the log records `scan` hands to [`Replay::record`] into `tables`; returns what
-/// `scan` returned, or the first error of the replay.
+/// `scan` returned, or the first error of the replay. With `defer`, the last batch is not
+/// applied but returned, sorted with one write per key, once every batch before it is applied
+/// (`deferred.rs` applies it after the database opened).
 pub(crate) fn replay<T>(
     tables: &mut Tables,
     snapshot: u64,
     config: TreeConfig,
     pool: &Arc<Pool>,
     batch_bytes: usize,
+    defer: bool,
     scan: impl FnOnce(&mut Replay<'_>) -> Result<T>,
-) -> Result<T> {
+) -> Result<(T, Option<Batch>)> {
     let count = tables.len();
     let tables = Mutex::new(tables);
     std::thread::scope(|s| {
@@ -232,7 +274,16 @@ pub(crate) fn replay<T>(
             failed: None,
         };
         let scanned = scan(&mut r);
-        let flushed = if r.failed.is_none() && scanned.is_ok() { r.hand_over() } else { Ok(()) };
+        let mut last = None;
+        let flushed = match r.failed.is_none() && scanned.is_ok() {
+            false => Ok(()),
+            true if defer => r.wait_idle().map(|()| {
+                let mut batch = std::mem::take(&mut r.batch);
+                batch.sort_last_only();
+                last = (!batch.writes.is_empty()).then_some(batch);
+            }),
+            true => r.hand_over(),
+        };
         r.to_applier = None;
         let applied = applier.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         // The applier's error first: the scan saw only that the replay stopped.
@@ -242,7 +293,7 @@ pub(crate) fn replay<T>(
         }
         let scanned = scanned?;
         flushed?;
-        Ok(scanned)
+        Ok((scanned, last))
     })
 }
 

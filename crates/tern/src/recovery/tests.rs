@@ -1,6 +1,7 @@
 //! Replay against a model: whatever the batch size, the trees end as applying every record in
 //! log order would leave them.
 
+use super::deferred::Deferred;
 use super::replay::replay;
 use crate::btree::{BTree, TreeConfig};
 use crate::buffer::Pool;
@@ -54,13 +55,56 @@ fn replayed(log: &[Rec], snapshot: u64, batch_bytes: usize) -> Vec<BTreeMap<Vec<
     let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
     let pool = Pool::memory(config.page_size, false);
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
-    replay(&mut tables, snapshot, config, &pool, batch_bytes, |replay| {
+    replay(&mut tables, snapshot, config, &pool, batch_bytes, false, |replay| {
         for r in log {
             replay.record(as_record(r)).unwrap();
         }
         Ok(())
     })
     .unwrap();
+    tables.iter().map(|(_, _, tree)| tree.range(..).collect()).collect()
+}
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Replays `log` deferring its last batch, then settles each probe (a key, or a range
+/// `lo..hi`) of a table and checks that the tree holds what the model does there at once,
+/// before the rest is applied; then applies the rest and returns the trees.
+fn deferred_then_probed(
+    log: &[Rec],
+    snapshot: u64,
+    batch_bytes: usize,
+    probes: &[(u32, Vec<u8>, Vec<u8>)],
+) -> Vec<Map> {
+    use std::ops::Bound::{Excluded, Included};
+    let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
+    let pool = Pool::memory(config.page_size, false);
+    let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
+    let ((), last) = replay(&mut tables, snapshot, config, &pool, batch_bytes, true, |replay| {
+        for r in log {
+            replay.record(as_record(r)).unwrap();
+        }
+        Ok(())
+    })
+    .unwrap();
+    let want = model(log, snapshot);
+    if let Some(deferred) = last.map(Deferred::new) {
+        for (t, lo, hi) in probes {
+            let Some((_, _, tree)) = tables.get(*t as usize) else { continue };
+            let model = &want[*t as usize];
+            if lo == hi {
+                deferred.settle_key(*t, lo, tree).unwrap();
+                assert_eq!(tree.get(lo).unwrap().as_ref(), model.get(lo), "table {t} key {lo:?}");
+            } else if lo < hi {
+                deferred.settle_range(*t, (Included(lo), Excluded(hi)), tree).unwrap();
+                let got: Map = tree.range(&lo[..]..&hi[..]).collect();
+                let expected: Map = model.range(lo.clone()..hi.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
+                assert_eq!(got, expected, "table {t} range {lo:?}..{hi:?}");
+            }
+        }
+        deferred.settle_all(&|id| tables.get(id as usize).map(|t| &t.2), false).unwrap();
+        assert!(deferred.is_done());
+    }
     tables.iter().map(|(_, _, tree)| tree.range(..).collect()).collect()
 }
 
@@ -91,6 +135,23 @@ proptest! {
     fn sorted_batches_leave_what_log_order_leaves(log in log(), batch in prop_oneof![Just(1usize), 1usize..400, Just(1 << 20)], snapshot in 0u64..40) {
         prop_assert_eq!(replayed(&log, snapshot, batch), model(&log, snapshot));
     }
+
+    /// Deferred replay: the batches before the last are applied first, and a key or range
+    /// settled reads as the log leaves it before anything else is applied.
+    #[test]
+    fn deferred_writes_settled_by_key_or_range_read_as_log_order_leaves_them(
+        log in log(),
+        batch in prop_oneof![Just(1usize), 1usize..400, Just(1 << 20)],
+        snapshot in 0u64..40,
+        probes in proptest::collection::vec(
+            (0u32..3, proptest::collection::vec(0u8..3, 1..6), proptest::collection::vec(0u8..3, 1..6), any::<bool>()),
+            0..12,
+        ),
+    ) {
+        let probes: Vec<(u32, Vec<u8>, Vec<u8>)> =
+            probes.into_iter().map(|(t, lo, hi, point)| if point { (t, lo.clone(), lo) } else { (t, lo, hi) }).collect();
+        prop_assert_eq!(deferred_then_probed(&log, snapshot, batch, &probes), model(&log, snapshot));
+    }
 }
 
 #[test]
@@ -99,7 +160,9 @@ fn a_write_to_a_table_that_does_not_exist_names_it() {
     let config = TreeConfig::DEFAULT;
     let pool = Pool::memory(config.page_size, false);
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
-    let err = replay(&mut tables, 0, config, &pool, 1 << 20, |replay| Ok(replay.record(as_record(&log[0])))).unwrap();
+    let err = replay(&mut tables, 0, config, &pool, 1 << 20, false, |replay| Ok(replay.record(as_record(&log[0]))))
+        .unwrap()
+        .0;
     assert!(err.unwrap_err().contains("table 2, which does not exist"));
 }
 
@@ -111,7 +174,9 @@ fn a_key_the_tree_refuses_is_refused_where_it_is_read() {
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
     for key in [vec![], vec![7u8; 513]] {
         let rec = Rec::Commit(1, vec![(0, key.clone(), Some(b"v".to_vec()))]);
-        let err = replay(&mut tables, 0, config, &pool, 1 << 20, |replay| Ok(replay.record(as_record(&rec)))).unwrap();
+        let err = replay(&mut tables, 0, config, &pool, 1 << 20, false, |replay| Ok(replay.record(as_record(&rec))))
+            .unwrap()
+            .0;
         assert!(err.unwrap_err().contains(&format!("a key of {} bytes", key.len())));
     }
 }
@@ -135,7 +200,7 @@ fn a_tree_error_while_applying_is_returned_as_it_is() {
         let mut tables = vec![(0, String::new(), tree)];
         faults.fail_reads.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut refused = 0;
-        let err = replay(&mut tables, 0, config, &pool, batch_bytes, |replay| {
+        let err = replay(&mut tables, 0, config, &pool, batch_bytes, false, |replay| {
             for i in 0..3000u32 {
                 let rec =
                     Rec::Commit(1 + u64::from(i), vec![(0, (i * 7 % 3000).to_be_bytes().to_vec(), Some(vec![2; 100]))]);
@@ -146,6 +211,7 @@ fn a_tree_error_while_applying_is_returned_as_it_is() {
             }
             Ok(())
         })
+        .map(|(scanned, _)| scanned)
         .unwrap_err();
         assert!(matches!(err, crate::Error::Io { .. }), "batch {batch_bytes}: {err:?}");
         assert!(err.to_string().contains("injected EIO"), "batch {batch_bytes}: {err}");

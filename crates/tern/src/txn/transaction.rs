@@ -14,7 +14,7 @@ use crate::wal::record::Payload;
 use crate::wal::Durability;
 use crate::{Error, Result};
 use std::marker::PhantomData;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::ptr;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use std::sync::Arc;
@@ -235,6 +235,7 @@ impl<'db> Txn<'db> {
 
     fn read_into(&self, table: &TableInner, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_usable()?;
+        self.db.settle(table, key)?;
         table.tree.get_resolved(key, &self.view(), out)
     }
 
@@ -242,6 +243,7 @@ impl<'db> Txn<'db> {
     /// `..`), in key order; `.rev()` for descending order.
     pub fn range<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'_>> {
         self.check_usable()?;
+        self.db.settle_range(&self.db.default_table, bounds(&range))?;
         Ok(TxnRange::new(self.db.default_table.tree.range_with(range, self.view())))
     }
 
@@ -249,6 +251,7 @@ impl<'db> Txn<'db> {
     pub fn range_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnRange<'t>> {
         self.check_usable()?;
         self.check_table(table)?;
+        self.db.settle_range(&table.inner, bounds(&range))?;
         Ok(TxnRange::new(table.inner.tree.range_with(range, self.view())))
     }
 
@@ -259,6 +262,7 @@ impl<'db> Txn<'db> {
     /// move it.
     pub fn cursor<'k>(&self, range: impl RangeBounds<&'k [u8]>) -> Result<TxnCursor<'_>> {
         self.check_usable()?;
+        self.db.settle_range(&self.db.default_table, bounds(&range))?;
         Ok(TxnCursor::new(self.db.default_table.tree.cursor_with(self.view()), range))
     }
 
@@ -266,6 +270,7 @@ impl<'db> Txn<'db> {
     pub fn cursor_in<'t, 'k>(&'t self, table: &'t Table, range: impl RangeBounds<&'k [u8]>) -> Result<TxnCursor<'t>> {
         self.check_usable()?;
         self.check_table(table)?;
+        self.db.settle_range(&table.inner, bounds(&range))?;
         Ok(TxnCursor::new(table.inner.tree.cursor_with(self.view()), range))
     }
 
@@ -313,6 +318,7 @@ impl<'db> Txn<'db> {
             return Err(Error::ReadOnlyTxn);
         }
         table.tree.check_key(key)?;
+        self.db.settle(table, key)?;
         self.lock_key(table, key, None)?;
         let writer = self.writer.as_mut().expect("locked the key: the writer exists");
         if !writer.read_locked(table.id, key) {
@@ -366,6 +372,7 @@ impl<'db> Txn<'db> {
         if let Some(v) = value.filter(|v| v.len() > MAX_VALUE) {
             return Err(Error::ValueTooLarge { len: v.len(), max: MAX_VALUE });
         }
+        self.db.settle(table, key)?;
         self.lock_key(table, key, Some(self.snapshot))?;
         let writer = self.writer.as_ref().expect("locked the key: the writer exists");
         // A key read by `get_for_update` was locked before its newest commit was read: no
@@ -648,6 +655,11 @@ impl std::fmt::Debug for Txn<'_> {
             .field("failed", &(self.failed != OK).then(|| self.fail_reason()))
             .finish()
     }
+}
+
+/// The bounds of `range`, borrowed.
+fn bounds<'k>(range: &impl RangeBounds<&'k [u8]>) -> (Bound<&'k [u8]>, Bound<&'k [u8]>) {
+    (range.start_bound().cloned(), range.end_bound().cloned())
 }
 
 /// Decides a write under the key's leaf latch: first updater wins, then push a version (or

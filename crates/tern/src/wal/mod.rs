@@ -115,6 +115,15 @@ pub struct WalConfig {
     /// batches sweep a table larger than the cache fewer times), or the whole log if its files
     /// hold more than that but at most half the cache. At least 1 MiB.
     pub replay_batch_bytes: Option<u64>,
+    /// Open returns once the log is read: the writes of the replay's last batch (the whole
+    /// log, when it is at most half the cache) are sorted and kept, then applied by a
+    /// background thread while transactions run; a transaction that reads or writes a key
+    /// first applies the chunk of 64 writes holding it (a scan, the chunks its range covers;
+    /// a checkpoint or backup, all of them), so it sees every recovered commit. On by
+    /// default: into a table larger than the cache, applying a log of scattered writes reads
+    /// most of the table, which an open otherwise waits for. Off: every write is applied
+    /// before the open returns.
+    pub deferred_replay: bool,
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
     pub checkpoint_on_close: bool,
@@ -144,6 +153,7 @@ impl Default for WalConfig {
             checkpoint_bytes: 256 << 20,
             checkpoint_interval: None,
             replay_batch_bytes: None,
+            deferred_replay: true,
             checkpoint_on_close: true,
             mapped: true,
             chain_flushes: 0,
