@@ -38,7 +38,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Condvar, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -167,6 +167,9 @@ pub(crate) struct DbInner {
     pub pool: Arc<Pool>,
     /// The log's last batch of writes, applied after the open (`recovery/deferred.rs`).
     redo: Option<Redo>,
+    /// `redo` has writes left to apply, as far as transactions know (cleared by the first
+    /// settle that finds them all applied).
+    redo_pending: AtomicBool,
 }
 
 /// The deferred writes of a replay and the thread that applies them.
@@ -333,6 +336,7 @@ impl Db {
         if let Some(deferred) = deferred {
             let inner = Arc::get_mut(&mut db.inner).expect("a new database has one handle");
             inner.redo = Some(Redo::start(Arc::new(deferred), inner.catalog.read().by_id.clone())?);
+            *inner.redo_pending.get_mut() = true;
         }
         db.start_checkpointer();
         Ok(db)
@@ -393,6 +397,7 @@ impl Db {
                 durable,
                 pool,
                 redo: None,
+                redo_pending: AtomicBool::new(false),
             }),
         })
     }
@@ -890,22 +895,36 @@ impl DbInner {
 
     /// Applies the deferred replayed write of `key` in `table`, if one is left (see
     /// `recovery/deferred.rs`): every transaction calls this before it reads or writes a key.
+    /// One load while nothing is deferred.
     #[inline(always)]
     pub fn settle(&self, table: &TableInner, key: &[u8]) -> Result<()> {
-        match &self.redo {
-            Some(r) if !r.deferred.is_done() => r.deferred.settle_key(table.id, key, &table.tree),
-            _ => Ok(()),
+        if self.redo_pending.load(Acquire) {
+            return self.settle_slow(table, (Bound::Included(key), Bound::Included(key)));
         }
+        Ok(())
     }
 
     /// Applies the deferred replayed writes of `table` within `range`, if any are left: every
     /// scan calls this before it starts.
     #[inline]
     pub fn settle_range(&self, table: &TableInner, range: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<()> {
-        match &self.redo {
-            Some(r) if !r.deferred.is_done() => r.deferred.settle_range(table.id, range, &table.tree),
-            _ => Ok(()),
+        if self.redo_pending.load(Acquire) {
+            return self.settle_slow(table, range);
         }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn settle_slow(&self, table: &TableInner, range: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<()> {
+        let Some(r) = &self.redo else { return Ok(()) };
+        if r.deferred.is_done() {
+            // Every write is applied: the next callers need not look again. (Acquire above:
+            // whoever sees `false` sees the pages as the appliers left them.)
+            self.redo_pending.store(false, Release);
+            return Ok(());
+        }
+        r.deferred.settle_range(table.id, range, &table.tree)
     }
 
     /// Applies every deferred replayed write left (a checkpoint must hold them all).

@@ -191,13 +191,11 @@ impl Deferred {
         Some(self.finished.load(Acquire)).filter(|&ms| ms != u64::MAX)
     }
 
-    /// Applies the chunk holding `key`'s write to `table` (whose tree is `tree`), if it has
-    /// one, or waits for whoever applies it.
-    pub(crate) fn settle_key(&self, table: u32, key: &[u8], tree: &BTree) -> Result<()> {
-        self.settle_range(table, (Bound::Included(key), Bound::Included(key)), tree)
-    }
-
-    /// Applies the chunks holding writes to keys of `table` within `range`.
+    /// Applies the chunks holding writes to keys of `table` (whose tree is `tree`) within
+    /// `range`, or waits for whoever applies them. Out of line: the callers' hot paths keep only
+    /// a test of a flag.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn settle_range(&self, table: u32, range: (Bound<&[u8]>, Bound<&[u8]>), tree: &BTree) -> Result<()> {
         if self.is_done() {
             return Ok(());

@@ -93,7 +93,7 @@ fn deferred_then_probed(
             let Some((_, _, tree)) = tables.get(*t as usize) else { continue };
             let model = &want[*t as usize];
             if lo == hi {
-                deferred.settle_key(*t, lo, tree).unwrap();
+                deferred.settle_range(*t, (Included(lo), Included(lo)), tree).unwrap();
                 assert_eq!(tree.get(lo).unwrap().as_ref(), model.get(lo), "table {t} key {lo:?}");
             } else if lo < hi {
                 deferred.settle_range(*t, (Included(lo), Excluded(hi)), tree).unwrap();
