@@ -172,6 +172,11 @@ pub(crate) struct DbInner {
     redo_pending: AtomicBool,
 }
 
+/// Unit tests: the `tern-redo` threads started while this is set wait (until it is cleared or
+/// their database closes), so that transactions meet every deferred write first.
+#[cfg(test)]
+pub(crate) static HOLD_REDO: AtomicBool = AtomicBool::new(false);
+
 /// The deferred writes of a replay and the thread that applies them.
 struct Redo {
     deferred: Arc<Deferred>,
@@ -179,19 +184,32 @@ struct Redo {
 }
 
 impl Redo {
-    /// Starts the thread applying `deferred` to `tables` (those of the open).
-    fn start(deferred: Arc<Deferred>, tables: Vec<Arc<TableInner>>) -> Result<Redo> {
+    /// Starts the thread applying `deferred` to `tables` (those of the open); its errors go
+    /// to the `LOG` in `dir`. Without the thread (it could not be started, said in the `LOG`),
+    /// the writes are still applied by whoever needs them, and by the next checkpoint.
+    fn start(deferred: Arc<Deferred>, tables: Vec<Arc<TableInner>>, dir: PathBuf) -> Redo {
         let work = deferred.clone();
-        let thread = std::thread::Builder::new()
-            .name("tern-redo".into())
-            .spawn(move || {
-                let trees = |id: u32| tables.get(id as usize).map(|t: &Arc<TableInner>| &t.tree);
-                // An error stays with its chunk (deferred.rs, invariant 3): whoever needs the
-                // chunk, and every checkpoint, gets it.
-                let _ = work.settle_all(&trees, true);
-            })
-            .map_err(|source| Error::Io { what: "starting the deferred replay thread".into(), source })?;
-        Ok(Redo { deferred, thread: StdMutex::new(Some(thread)) })
+        let log = dir.clone();
+        let spawned = std::thread::Builder::new().name("tern-redo".into()).spawn(move || {
+            #[cfg(test)]
+            while HOLD_REDO.load(Acquire) && !work.stopped() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let trees = |id: u32| tables.get(id as usize).map(|t: &Arc<TableInner>| &t.tree);
+            // The error stays with its chunk too (deferred.rs, invariant 3): whoever needs the
+            // chunk next, or the next checkpoint, applies it again or gets the error.
+            if let Err(e) = work.settle_all(&trees, true) {
+                note(&log, &format!("deferred replay: {e}"));
+            }
+        });
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                note(&dir, &format!("deferred replay: no thread ({e}): writes apply as they are needed"));
+                None
+            }
+        };
+        Redo { deferred, thread: StdMutex::new(thread) }
     }
 
     /// Stops the thread after its chunk and waits for it.
@@ -335,7 +353,8 @@ impl Db {
         let mut db = Db::new(Some(dir.to_path_buf()), options, pool, tables, restored, Some(durable))?;
         if let Some(deferred) = deferred {
             let inner = Arc::get_mut(&mut db.inner).expect("a new database has one handle");
-            inner.redo = Some(Redo::start(Arc::new(deferred), inner.catalog.read().by_id.clone())?);
+            let tables = inner.catalog.read().by_id.clone();
+            inner.redo = Some(Redo::start(Arc::new(deferred), tables, dir.to_path_buf()));
             *inner.redo_pending.get_mut() = true;
         }
         db.start_checkpointer();
@@ -616,6 +635,7 @@ impl Db {
             recovery: inner.durable.as_ref().map(|d| {
                 let mut recovery = d.recovery.clone();
                 recovery.deferred_millis = inner.redo.as_ref().and_then(|r| r.deferred.finished_millis());
+                recovery.deferred_error = inner.redo.as_ref().and_then(|r| r.deferred.failure());
                 recovery
             }),
             buffer: inner.pool.stats(),

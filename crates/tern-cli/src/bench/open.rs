@@ -343,8 +343,8 @@ fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect, modes: &[ReplayM
             let reading = Instant::now();
             check_records(&db, args, expect)?;
             let reads_secs = reading.elapsed().as_secs_f64();
-            while r.deferred_writes > 0 && db.stats().recovery.is_some_and(|r| r.deferred_millis.is_none()) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+            if r.deferred_writes > 0 {
+                wait_applied(&db, path)?;
             }
             let settled_secs = start.elapsed().as_secs_f64();
             db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
@@ -366,6 +366,20 @@ fn reopen_rounds(args: &OpenArgs, path: &Path, expect: &Expect, modes: &[ReplayM
         return Err("interrupted before the first open".into());
     }
     Ok(opens)
+}
+
+/// Waits until every write the open deferred is applied (an error applying one ends it).
+fn wait_applied(db: &Db, path: &Path) -> Result<(), String> {
+    loop {
+        let now = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
+        if let Some(e) = now.deferred_error {
+            return Err(format!("applying the deferred writes of {}: {e}", path.display()));
+        }
+        if now.deferred_millis.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The record of one open phase (the median open by wall time) and its note.

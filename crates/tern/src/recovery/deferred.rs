@@ -20,9 +20,11 @@
 //!    (`DbInner::settle`), so no transaction sees a key without its replayed write, and no
 //!    replayed write lands on top of a newer one (every write after the open settles its key
 //!    first).
-//! 3. A chunk whose write failed (an I/O error of the page file) stays `FAILED`: every
-//!    operation on its keys, and every checkpoint, returns the error, so no checkpoint can
-//!    drop the log that holds its writes. A reopen replays them again.
+//! 3. A chunk whose write failed (an I/O error of the page file) is `FAILED`: the operation
+//!    that needed it, and a checkpoint, returns the error, so no checkpoint can drop the log
+//!    that holds its writes. The next one to need the chunk applies it again (a write is a
+//!    whole value or a delete, and no transaction touched its keys since: every one that tried
+//!    failed), so an error that passes (a full disk made room) costs nothing more.
 //! 4. The writes are committed before the crash, below every snapshot taken after the open:
 //!    applied as plain values, they are visible to every transaction, as the eager replay's are.
 //!
@@ -68,33 +70,35 @@ impl Claims {
         self.states[i].load(Acquire) >= DONE
     }
 
-    /// Runs `apply` for chunk `i` if nobody has claimed it, else waits until whoever did is
-    /// through; returns whether the chunk is applied (false: its `apply` failed). If `apply`
+    /// Runs `apply` for chunk `i` if nobody has claimed it or its last application failed (it
+    /// is told which: `true` for a retry), else waits until whoever claimed it is through;
+    /// returns whether the chunk is applied (false: this caller's `apply` failed). If `apply`
     /// panics, the chunk is marked failed and its waiters woken.
-    pub(crate) fn settle(&self, i: usize, apply: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn settle(&self, i: usize, apply: impl FnOnce(bool) -> bool) -> bool {
         let state = &self.states[i];
         let key = state as *const AtomicU8 as usize;
         loop {
             // Settled chunks (the common case once the thread is through) cost a load.
             let seen = match state.load(Acquire) {
-                PENDING => state.compare_exchange(PENDING, APPLYING, Acquire, Acquire),
+                s @ (PENDING | FAILED) => state.compare_exchange(s, APPLYING, Acquire, Acquire),
                 other => Err(other),
             };
             match seen {
-                Ok(_) => {
+                Ok(was) => {
                     let mut mark = Mark { state, key, to: FAILED };
-                    if apply() {
+                    if apply(was == FAILED) {
                         mark.to = DONE;
                     }
                     return mark.to == DONE;
                 }
                 Err(DONE) => return true,
-                Err(FAILED) => return false,
-                Err(_) => {
+                Err(APPLYING) => {
                     // SAFETY: the key is the address of this chunk's state, which only this
                     // protocol parks on; the validation is one load.
                     unsafe { park::park(key, || state.load(Relaxed) == APPLYING) };
                 }
+                // Pending or failed again: claim it.
+                Err(_) => {}
             }
         }
     }
@@ -139,8 +143,9 @@ pub(crate) struct Deferred {
     done: AtomicBool,
     /// The background thread stops before its next chunk (the database is closing).
     stop: AtomicBool,
-    /// The first error of an application, for the callers that meet its chunk later.
+    /// The last error of an application, and how many chunks are failed now.
     failed: Mutex<Option<Error>>,
+    failed_chunks: AtomicUsize,
     writes: u64,
     started: Instant,
     /// Milliseconds from the open until every chunk was applied (`u64::MAX` until then).
@@ -170,6 +175,7 @@ impl Deferred {
             chunks,
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            failed_chunks: AtomicUsize::new(0),
             started: Instant::now(),
             finished: AtomicU64::new(u64::MAX),
         }
@@ -258,14 +264,26 @@ impl Deferred {
         self.stop.store(true, Relaxed);
     }
 
+    /// Whether [`Deferred::stop`] was called.
+    #[cfg(test)]
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
     fn settle_chunk<'t>(&self, batch: &Batch, c: usize, trees: &dyn Fn(u32) -> Option<&'t BTree>) -> Result<()> {
         let mut own = None;
         let (table, writes) = &self.chunks[c];
-        let applied = self.claims.settle(c, || {
+        let applied = self.claims.settle(c, |retry| {
+            if retry {
+                self.failed_chunks.fetch_sub(1, Relaxed);
+            }
             let result = match trees(*table) {
                 Some(tree) => batch.apply_run(writes.clone(), tree),
-                // A table dropped since the open: its writes have nowhere to go.
-                None => Ok(()),
+                // Tables are never dropped, and every lookup covers the tables of the open.
+                None => Err(Error::Io {
+                    what: format!("applying the log replayed at open to table {table}"),
+                    source: std::io::Error::other("the table is gone"),
+                }),
             };
             match result {
                 Ok(()) => {
@@ -277,7 +295,8 @@ impl Deferred {
                     true
                 }
                 Err(e) => {
-                    self.failed.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(|| again(&e));
+                    self.failed_chunks.fetch_add(1, Relaxed);
+                    *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(again(&e));
                     own = Some(e);
                     false
                 }
@@ -288,6 +307,14 @@ impl Deferred {
             (false, Some(e)) => Err(e),
             (false, None) => Err(self.error()),
         }
+    }
+
+    /// The error of the last failed application, while a chunk is failed.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if self.failed_chunks.load(Relaxed) == 0 {
+            return None;
+        }
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(Error::to_string)
     }
 
     /// The error that failed a chunk, for a caller that met the chunk after it failed.
@@ -335,14 +362,14 @@ mod loom_tests {
             let other = {
                 let (claims, applied) = (claims.clone(), applied.clone());
                 loom::thread::spawn(move || {
-                    assert!(claims.settle(0, || {
+                    assert!(claims.settle(0, |_| {
                         applied.fetch_add(1, Relaxed);
                         true
                     }));
                     assert_eq!(applied.load(Relaxed), 1);
                 })
             };
-            assert!(claims.settle(0, || {
+            assert!(claims.settle(0, |_| {
                 applied.fetch_add(1, Relaxed);
                 true
             }));
@@ -352,28 +379,33 @@ mod loom_tests {
         });
     }
 
-    /// A failed application fails every settler of the chunk, the waiters too, and is not
-    /// retried.
+    /// A failed application fails its caller; whoever needs the chunk next (a waiter too)
+    /// applies it again, told it is a retry; once applied, nobody applies it again.
     #[test]
-    fn a_failed_chunk_fails_every_settler() {
+    fn a_failed_chunk_is_applied_again_by_the_next_settler() {
         loom::model(|| {
             let claims = Arc::new(Claims::new(1));
             let tries = Arc::new(AtomicUsize::new(0));
             let other = {
                 let (claims, tries) = (claims.clone(), tries.clone());
+                // The first try fails, the second succeeds, whoever makes them.
                 loom::thread::spawn(move || {
-                    assert!(!claims.settle(0, || {
-                        tries.fetch_add(1, Relaxed);
-                        false
-                    }));
+                    claims.settle(0, |retry| {
+                        assert_eq!(retry, tries.fetch_add(1, Relaxed) == 1);
+                        tries.load(Relaxed) == 2
+                    })
                 })
             };
-            assert!(!claims.settle(0, || {
-                tries.fetch_add(1, Relaxed);
-                false
-            }));
-            other.join().unwrap();
-            assert_eq!(tries.load(Relaxed), 1);
+            let here = claims.settle(0, |retry| {
+                assert_eq!(retry, tries.fetch_add(1, Relaxed) == 1);
+                tries.load(Relaxed) == 2
+            });
+            let there = other.join().unwrap();
+            // One of the two failed (the first try), the other applied it (the second).
+            assert_eq!(tries.load(Relaxed), 2);
+            assert!(here != there);
+            assert!(claims.settled(0));
+            assert!(claims.settle(0, |_| unreachable!("applied already")));
         });
     }
 }

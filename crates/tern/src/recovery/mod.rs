@@ -83,9 +83,12 @@ pub struct RecoveryStats {
     /// (`WalConfig::deferred_replay`): a background thread applies them, and the first
     /// transaction to need one of their keys applies that key's chunk first.
     pub deferred_writes: u64,
-    /// Milliseconds from the open until every deferred write was applied (`None` while some
-    /// are still to apply, or there were none).
+    /// Milliseconds from the end of the log's reading (within the open) until every deferred
+    /// write was applied (`None` while some are still to apply, or there were none).
     pub deferred_millis: Option<u64>,
+    /// The error of the last failed application of deferred writes, while some are failed
+    /// (the next operation that needs them, or the next checkpoint, applies them again).
+    pub deferred_error: Option<String>,
 }
 
 impl std::fmt::Display for RecoveryStats {

@@ -187,6 +187,9 @@ impl Batch {
         }
         writes.truncate(kept);
         self.writes = writes;
+        // Kept until applied: give back what the batch reserved and did not use.
+        self.writes.shrink_to_fit();
+        self.bytes.shrink_to_fit();
     }
 
     /// Applies the last write of each key of a sorted batch, in order, table by table, each

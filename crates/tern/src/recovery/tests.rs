@@ -70,13 +70,12 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 /// Replays `log` deferring its last batch, then settles each probe (a key, or a range
 /// `lo..hi`) of a table and checks that the tree holds what the model does there at once,
 /// before the rest is applied; then applies the rest and returns the trees.
-fn deferred_then_probed(
-    log: &[Rec],
-    snapshot: u64,
-    batch_bytes: usize,
-    probes: &[(u32, Vec<u8>, Vec<u8>)],
-) -> Vec<Map> {
-    use std::ops::Bound::{Excluded, Included};
+/// A probe: table, low and high key (equal: a point), and each bound's kind (0 included, 1
+/// excluded, 2 unbounded).
+type Probe = (u32, Vec<u8>, Vec<u8>, (u8, u8));
+
+fn deferred_then_probed(log: &[Rec], snapshot: u64, batch_bytes: usize, probes: &[Probe]) -> Vec<Map> {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
     let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
     let pool = Pool::memory(config.page_size, false);
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
@@ -89,18 +88,30 @@ fn deferred_then_probed(
     .unwrap();
     let want = model(log, snapshot);
     if let Some(deferred) = last.map(Deferred::new) {
-        for (t, lo, hi) in probes {
+        for (t, lo, hi, kinds) in probes {
             let Some((_, _, tree)) = tables.get(*t as usize) else { continue };
             let model = &want[*t as usize];
             if lo == hi {
                 deferred.settle_range(*t, (Included(lo), Included(lo)), tree).unwrap();
                 assert_eq!(tree.get(lo).unwrap().as_ref(), model.get(lo), "table {t} key {lo:?}");
-            } else if lo < hi {
-                deferred.settle_range(*t, (Included(lo), Excluded(hi)), tree).unwrap();
-                let got: Map = tree.range(&lo[..]..&hi[..]).collect();
-                let expected: Map = model.range(lo.clone()..hi.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
-                assert_eq!(got, expected, "table {t} range {lo:?}..{hi:?}");
+                continue;
             }
+            if lo > hi {
+                continue;
+            }
+            fn bound(kind: u8, key: &[u8]) -> std::ops::Bound<&[u8]> {
+                match kind {
+                    0 => Included(key),
+                    1 => Excluded(key),
+                    _ => Unbounded,
+                }
+            }
+            let range = (bound(kinds.0, lo), bound(kinds.1, hi));
+            deferred.settle_range(*t, range, tree).unwrap();
+            let got: Map = tree.range(range).collect();
+            let owned = (range.0.map(<[u8]>::to_vec), range.1.map(<[u8]>::to_vec));
+            let expected: Map = model.range(owned).map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(got, expected, "table {t} range {range:?}");
         }
         deferred.settle_all(&|id| tables.get(id as usize).map(|t| &t.2), false).unwrap();
         assert!(deferred.is_done());
@@ -144,12 +155,20 @@ proptest! {
         batch in prop_oneof![Just(1usize), 1usize..400, Just(1 << 20)],
         snapshot in 0u64..40,
         probes in proptest::collection::vec(
-            (0u32..3, proptest::collection::vec(0u8..3, 1..6), proptest::collection::vec(0u8..3, 1..6), any::<bool>()),
+            (
+                0u32..3,
+                proptest::collection::vec(0u8..3, 1..20),
+                proptest::collection::vec(0u8..3, 1..20),
+                any::<bool>(),
+                (0u8..3, 0u8..3),
+            ),
             0..12,
         ),
     ) {
-        let probes: Vec<(u32, Vec<u8>, Vec<u8>)> =
-            probes.into_iter().map(|(t, lo, hi, point)| if point { (t, lo.clone(), lo) } else { (t, lo, hi) }).collect();
+        let probes: Vec<Probe> = probes
+            .into_iter()
+            .map(|(t, lo, hi, point, kinds)| if point { (t, lo.clone(), lo, kinds) } else { (t, lo, hi, kinds) })
+            .collect();
         prop_assert_eq!(deferred_then_probed(&log, snapshot, batch, &probes), model(&log, snapshot));
     }
 }
@@ -239,4 +258,127 @@ fn replay_batches_are_an_eighth_of_the_cache_within_bounds() {
     assert!((120 << 20..=128 << 20).contains(&batch(1 << 30, 1 << 30)), "a log as large as the cache is not");
     assert_eq!(batch(64 << 30, 0), MAX_BATCH_BYTES);
     assert_eq!(batch_bytes(&Pool::memory(4096, false), 256 << 20), BATCH_BYTES);
+}
+
+/// Holds every `tern-redo` thread started meanwhile (`db::HOLD_REDO`) until dropped.
+struct Hold;
+
+impl Hold {
+    fn new() -> Hold {
+        crate::db::HOLD_REDO.store(true, std::sync::atomic::Ordering::Release);
+        Hold
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        crate::db::HOLD_REDO.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// With the background thread held, each kind of operation is the first to need its keys'
+/// deferred writes: each must apply them before it reads, writes or scans, and see what the
+/// log left (a no-op settle would show the checkpoint's values instead).
+#[test]
+fn every_operation_applies_the_deferred_writes_it_needs_first() {
+    use crate::{Db, Options, WalConfig};
+    use std::ops::Bound::{Excluded, Unbounded};
+    let options = Options {
+        cache_bytes: 0,
+        tree: TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT },
+        wal: WalConfig { checkpoint_bytes: u64::MAX, checkpoint_on_close: false, ..WalConfig::default() },
+        ..Options::default()
+    };
+    let key = |i: u32| format!("k{:06}", i * 7919 % 5000).into_bytes();
+    let dir = tempfile::tempdir().unwrap();
+    // Tables "" and "t": 4000 keys each, checkpointed; then a tail of puts and deletes.
+    let mut models = [Map::new(), Map::new()];
+    {
+        let db = Db::open(dir.path(), options).unwrap();
+        let t = db.create_table("t").unwrap();
+        let mut txn = db.begin().unwrap();
+        for i in 0..4000 {
+            txn.put(&key(i), b"base").unwrap();
+            txn.put_in(&t, &key(i), b"base").unwrap();
+            models[0].insert(key(i), b"base".to_vec());
+            models[1].insert(key(i), b"base".to_vec());
+        }
+        txn.commit().unwrap();
+        db.checkpoint().unwrap();
+        for i in 0..3000u32 {
+            let mut txn = db.begin().unwrap();
+            let (k, table) = (key(i * 13 % 5000), (i % 2) as usize);
+            let value = format!("tail{i}").into_bytes();
+            match (i % 5 == 0, table) {
+                (true, 0) => txn.delete(&k).map(drop).unwrap(),
+                (true, _) => txn.delete_in(&t, &k).map(drop).unwrap(),
+                (false, 0) => txn.put(&k, &value).unwrap(),
+                (false, _) => txn.put_in(&t, &k, &value).unwrap(),
+            }
+            match i % 5 == 0 {
+                true => models[table].remove(&k),
+                false => models[table].insert(k, value),
+            };
+            txn.commit().unwrap();
+        }
+        db.close().unwrap();
+    }
+    let _hold = Hold::new();
+    let db = Db::open(dir.path(), options).unwrap();
+    assert!(db.stats().recovery.unwrap().deferred_writes > 1000);
+    let t = db.table("t").unwrap();
+    let [m0, m1] = &mut models;
+    // Keys of the default table written by the tail: the last put, and the last delete of a
+    // key the checkpoint held.
+    let tail_put = m0.iter().rev().find(|(_, v)| v.starts_with(b"tail")).map(|(k, _)| k.clone()).unwrap();
+    let tail_deleted = (0..5000).map(|i| format!("k{i:06}").into_bytes()).rev().find(|k| !m0.contains_key(k)).unwrap();
+    // get_for_update, then a delete of a key whose deferred write is a put.
+    let mut txn = db.begin().unwrap();
+    assert_eq!(txn.get_for_update(&tail_put).unwrap().as_ref(), m0.get(&tail_put));
+    txn.commit().unwrap();
+    let second = m0.iter().rev().filter(|(_, v)| v.starts_with(b"tail")).nth(1).map(|(k, _)| k.clone()).unwrap();
+    let mut txn = db.begin().unwrap();
+    assert!(txn.delete(&second).unwrap(), "the deferred put is seen by the delete");
+    assert!(!txn.delete(&tail_deleted).unwrap(), "the deferred delete is seen by the delete");
+    txn.commit().unwrap();
+    m0.remove(&second);
+    // A cursor over part of table "t": seek and seek_for_prev.
+    let (lo, hi) = (b"k001000".to_vec(), b"k002000".to_vec());
+    let txn = db.begin_read().unwrap();
+    let mut cursor = txn.cursor_in(&t, &lo[..]..&hi[..]).unwrap();
+    let probe = b"k001500".to_vec();
+    let want = m1.range(probe.clone()..hi.clone()).next();
+    assert_eq!(
+        cursor.seek(&probe).unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).as_ref(),
+        want.map(|(k, v)| (k.clone(), v.clone())).as_ref()
+    );
+    let want = m1.range(lo.clone()..=probe.clone()).next_back();
+    assert_eq!(
+        cursor.seek_for_prev(&probe).unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).as_ref(),
+        want.map(|(k, v)| (k.clone(), v.clone())).as_ref()
+    );
+    drop(cursor);
+    // A reverse scan of "t" from an excluded start to the end.
+    let start = b"k003000".to_vec();
+    let got: Vec<(Vec<u8>, Vec<u8>)> = txn.range_in(&t, (Excluded(&start[..]), Unbounded)).unwrap().rev().collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> =
+        m1.range((Excluded(start.clone()), Unbounded)).rev().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(got, want);
+    drop(txn);
+    // A backup copies what the log left, everything still deferred included.
+    let copy = tempfile::tempdir().unwrap();
+    db.backup(copy.path().join("b")).unwrap();
+    // Point reads of every key of the default table, then scans of both tables.
+    let read = db.begin_read().unwrap();
+    for i in 0..5000 {
+        let k = format!("k{i:06}").into_bytes();
+        assert_eq!(read.get(&k).unwrap().as_ref(), m0.get(&k), "key {k:?}");
+    }
+    assert_eq!(read.range(..).unwrap().collect::<Map>(), *m0);
+    assert_eq!(read.range_in(&t, ..).unwrap().collect::<Map>(), *m1);
+    drop(read);
+    assert!(db.stats().recovery.unwrap().deferred_millis.is_some(), "the scans applied everything");
+    drop(db);
+    let backup = Db::open(copy.path().join("b"), options).unwrap();
+    assert_eq!(backup.begin_read().unwrap().range_in(&backup.table("t").unwrap(), ..).unwrap().collect::<Map>(), *m1);
 }

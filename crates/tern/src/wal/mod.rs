@@ -121,8 +121,11 @@ pub struct WalConfig {
     /// first applies the chunk of 64 writes holding it (a scan, the chunks its range covers;
     /// a checkpoint or backup, all of them), so it sees every recovered commit. On by
     /// default: into a table larger than the cache, applying a log of scattered writes reads
-    /// most of the table, which an open otherwise waits for. Off: every write is applied
-    /// before the open returns.
+    /// most of the table, which an open otherwise waits for. A checkpoint (the one at close
+    /// too) applies what is left first, on its own thread, so a close right after a crash
+    /// takes what the rest of the replay takes. Only the last batch waits: earlier batches,
+    /// and everything before a table's creation or a commit larger than a batch, are applied
+    /// before the open returns. Off: every write is applied before the open returns.
     pub deferred_replay: bool,
     /// Closing the database (its last handle) writes a checkpoint, so the next open replays
     /// nothing. Off: close only syncs the log (the recovery benchmark keeps its log this way).
