@@ -137,14 +137,12 @@ pub(crate) struct Deferred {
     /// `(table, writes)` of each chunk.
     chunks: Vec<(u32, Range<usize>)>,
     claims: Claims,
-    /// Chunks not applied yet.
+    /// Chunks not applied yet (none: every write is applied).
     left: AtomicUsize,
-    /// Every chunk is applied (read first, so a settled database pays one load).
-    done: AtomicBool,
     /// The background thread stops before its next chunk (the database is closing).
     stop: AtomicBool,
-    /// The last error of an application, and how many chunks are failed now.
-    failed: Mutex<Option<Error>>,
+    /// The last error of an application (its text), and how many chunks are failed now.
+    failed: Mutex<Option<String>>,
     failed_chunks: AtomicUsize,
     writes: u64,
     started: Instant,
@@ -169,7 +167,6 @@ impl Deferred {
             writes: writes.len() as u64,
             claims: Claims::new(chunks.len()),
             left: AtomicUsize::new(chunks.len()),
-            done: AtomicBool::new(chunks.is_empty()),
             batch: RwLock::new(Some(batch)),
             runs,
             chunks,
@@ -184,7 +181,9 @@ impl Deferred {
     /// Whether every write is applied.
     #[inline]
     pub(crate) fn is_done(&self) -> bool {
-        self.done.load(Acquire)
+        // Acquire: the decrements form one release sequence, so whoever reads 0 sees every
+        // chunk's pages as their appliers left them.
+        self.left.load(Acquire) == 0
     }
 
     /// Writes the log's last batch held when the database opened.
@@ -290,23 +289,21 @@ impl Deferred {
                     if self.left.fetch_sub(1, AcqRel) == 1 {
                         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
                         self.finished.store(ms, Release);
-                        self.done.store(true, Release);
                     }
                     true
                 }
                 Err(e) => {
                     self.failed_chunks.fetch_add(1, Relaxed);
-                    *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(again(&e));
+                    *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
                     own = Some(e);
                     false
                 }
             }
         });
-        match (applied, own) {
-            (true, _) => Ok(()),
-            (false, Some(e)) => Err(e),
-            (false, None) => Err(self.error()),
-        }
+        // `settle` returns false only after this caller's own `apply` failed (a waiter that
+        // meets a failed chunk applies it again itself), and then `own` holds the error.
+        debug_assert_eq!(applied, own.is_none());
+        own.map_or(Ok(()), Err)
     }
 
     /// The error of the last failed application, while a chunk is failed.
@@ -314,35 +311,7 @@ impl Deferred {
         if self.failed_chunks.load(Relaxed) == 0 {
             return None;
         }
-        self.failed.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(Error::to_string)
-    }
-
-    /// The error that failed a chunk, for a caller that met the chunk after it failed.
-    fn error(&self) -> Error {
-        match &*self.failed.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(e) => again(e),
-            None => Error::Io {
-                what: "applying the log replayed at open".into(),
-                source: std::io::Error::other("a chunk of replayed writes failed"),
-            },
-        }
-    }
-}
-
-/// `e` once more, for another caller: corruption as it was, anything else as an I/O error
-/// saying what failed.
-fn again(e: &Error) -> Error {
-    match e {
-        Error::Corruption { file, offset, reason } => {
-            Error::Corruption { file: file.clone(), offset: *offset, reason: reason.clone() }
-        }
-        Error::Io { what, source } => {
-            Error::Io { what: what.clone(), source: std::io::Error::new(source.kind(), source.to_string()) }
-        }
-        other => Error::Io {
-            what: "applying the log replayed at open".into(),
-            source: std::io::Error::other(other.to_string()),
-        },
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
