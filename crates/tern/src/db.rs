@@ -999,8 +999,12 @@ impl DbInner {
 
     /// Collects `items` of `shard` given the running snapshots; requeues what is left.
     fn collect_with(&self, shard: usize, items: Vec<Item>, active: (Vec<u64>, u64)) -> Collected {
+        self.gc.free_reclaimed(shard);
         let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
-        let (rest, done) = gc::collect(active, items, &self.chains, |id| tables.get(id as usize).map(|t| &t.tree));
+        let mut unlinked = gc::Unlinked::default();
+        let (rest, done) =
+            gc::collect(active, items, &self.chains, |id| tables.get(id as usize).map(|t| &t.tree), &mut unlinked);
+        self.gc.retire(shard, unlinked, &self.chains);
         self.gc.put_back(shard, rest);
         done
     }

@@ -15,15 +15,26 @@
 //!   returns to what the data needs once old readers end.
 //!
 //! A key whose chain could not be folded stays queued for the next pass.
+//!
+//! What a pass unlinks (versions, chain ids) is retired as one batch: one deferred function
+//! (crossbeam-epoch) for the pass, not one per version. Once no reader can stand on them, the
+//! versions wait in the shard's reclaim list and the shard's next pass frees them, on the
+//! thread that runs it: the thread whose commits queued the keys, so usually the one that
+//! allocated them. (Freed wherever the epoch ran them, half the frees at 2 threads went to the
+//! other thread's malloc arena and met its lock.) A thread's writes also take versions from its
+//! shard's list, 64 at a time, whenever its spare blocks (`version::free`) run out, so a
+//! big transaction's next writes reuse what its commit unlinked. So a shard holds at most one
+//! pass of unlinked versions until its next pass, `Db::gc` or the database's end.
 
-use super::chains::Chains;
-use super::version::{retire, Version, ABORTED, UNCOMMITTED};
+use super::chains::{short_id, Chains};
+use super::version::{free, spare_blocks, Version, ABORTED, UNCOMMITTED};
 use crate::btree::stored::{Applied, Change, Current, LeafHint};
 use crate::btree::BTree;
 use crate::sync::{LatchClass, Mutex};
 use crate::Result;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::{Arc, Mutex as StdMutex};
 
 /// A key written by a commit.
 pub(crate) struct Item {
@@ -66,9 +77,51 @@ impl Collected {
     }
 }
 
+/// What one pass unlinked, retired together (see the module doc).
+#[derive(Default)]
+pub(crate) struct Unlinked {
+    /// Versions (`*mut Version` as addresses: they travel to the epoch's deferred function).
+    versions: Vec<usize>,
+    /// Chain ids no slot holds any more.
+    chains: Vec<u32>,
+}
+
+/// Unlinked versions past their epoch, by shard, until the shard's next pass frees them.
+struct Reclaim {
+    shards: Box<[CachePadded<StdMutex<Vec<usize>>>]>,
+}
+
+impl Reclaim {
+    fn take(&self, shard: usize) -> Vec<usize> {
+        std::mem::take(&mut *self.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Drop for Reclaim {
+    fn drop(&mut self) {
+        for shard in 0..SHARDS {
+            free_all(self.take(shard));
+        }
+    }
+}
+
+/// Versions a refill takes from a reclaim list at a time.
+const REFILL: usize = 64;
+
+/// Frees versions taken from a reclaim list (their blocks become this thread's spares).
+fn free_all(versions: Vec<usize>) {
+    for v in versions {
+        // SAFETY: unlinked by a pass (reachable from no chain or slot), put in a reclaim list
+        // by the deferred function that ran once every guard pinned at the unlink was gone,
+        // and taken from the list once (`Reclaim::take` empties it under its lock).
+        unsafe { free(v as *mut Version) };
+    }
+}
+
 /// The queues.
 pub(crate) struct Gc {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
+    reclaim: Arc<Reclaim>,
 }
 
 impl Gc {
@@ -77,7 +130,55 @@ impl Gc {
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Mutex::with_class(Shard { items: Vec::new(), pass_at: PASS_MIN }, class)))
             .collect();
-        Ok(Gc { shards })
+        let reclaim = (0..SHARDS).map(|_| CachePadded::new(StdMutex::new(Vec::new()))).collect();
+        Ok(Gc { shards, reclaim: Arc::new(Reclaim { shards: reclaim }) })
+    }
+
+    /// Frees the versions `shard`'s earlier passes unlinked whose epoch has passed (before
+    /// the shard's next pass, on the thread running it).
+    pub fn free_reclaimed(&self, shard: usize) {
+        free_all(self.reclaim.take(shard));
+    }
+
+    /// Refills this thread's spare version blocks from `shard`'s reclaim list once they run
+    /// out (a write calls it before it allocates its versions): the next writes of a thread
+    /// whose commit unlinked many versions (a pass over 100,000 keys) reuse them, still warm,
+    /// instead of new memory while the list waits for the next pass.
+    #[inline]
+    pub fn refill_spare(&self, shard: usize) {
+        if spare_blocks() < 2 {
+            self.refill_spare_slow(shard);
+        }
+    }
+
+    #[cold]
+    fn refill_spare_slow(&self, shard: usize) {
+        let batch = {
+            let mut list = self.reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
+            let keep = list.len().saturating_sub(REFILL);
+            list.split_off(keep)
+        };
+        free_all(batch);
+    }
+
+    /// Retires what a pass of `shard` unlinked: the chain ids go back to the shard's free list
+    /// and the versions to its reclaim list once no reader can stand on them.
+    pub fn retire(&self, shard: usize, unlinked: Unlinked, chains: &Chains) {
+        let Unlinked { versions, chains: ids } = unlinked;
+        if versions.is_empty() && ids.is_empty() {
+            return;
+        }
+        let guard = crossbeam_epoch::pin();
+        chains.release(shard, ids, &guard);
+        if !versions.is_empty() {
+            let reclaim = self.reclaim.clone();
+            guard.defer(move || {
+                reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner()).extend(versions)
+            });
+        }
+        // Into the global queue now: a pass's batch would otherwise wait in this thread's bag
+        // for 63 more.
+        guard.flush();
     }
 
     /// Queues `items` on `shard`; returns the shard's queue if it is due for a pass.
@@ -107,18 +208,21 @@ impl Gc {
 
 /// Collects `items`, whose tables `tree` finds and whose chains are in `chains`, given the
 /// running snapshots (sorted) and the horizon of the scan (`context::active_snapshots`);
-/// returns what is left and what was done.
+/// returns what is left and what was done, and adds what it unlinked to `unlinked`.
 pub(crate) fn collect<'t>(
     (mut snapshots, horizon): (Vec<u64>, u64),
     items: Vec<Item>,
     chains: &Chains,
     tree: impl Fn(u32) -> Option<&'t BTree>,
+    unlinked: &mut Unlinked,
 ) -> (Vec<Item>, Collected) {
     let at = snapshots.partition_point(|&s| s < horizon);
     snapshots.insert(at, horizon);
     let oldest = snapshots[0];
     let mut done = Collected::default();
     let mut rest = Vec::new();
+    // Pruned by the first closure below, folded by the second.
+    let mut pruned_versions = Vec::new();
     // In key order, once per key: neighbouring keys share leaves, which stay in the cache.
     let items = in_key_order(items);
     // One table's run of items at a time, leaf by leaf within it.
@@ -135,12 +239,10 @@ pub(crate) fn collect<'t>(
             |item| item.leaf,
             |_, current| match current {
                 Current::Chain(id) => {
-                    // Pinned already (per run): this only borrows the epoch.
-                    let guard = crossbeam_epoch::pin();
                     let head = chains.head(id);
                     // SAFETY: the chain is in the tree and we hold its leaf exclusively: nobody
                     // else changes it, and it is allocated.
-                    let pruned = unsafe { prune(head, &snapshots, horizon, &guard) };
+                    let pruned = unsafe { prune(head, &snapshots, horizon, &mut pruned_versions) };
                     // SAFETY: as above.
                     let change = unsafe { fold(head, oldest) };
                     let folding = change != Change::Keep;
@@ -155,12 +257,10 @@ pub(crate) fn collect<'t>(
                     match applied {
                         Applied::Yes if folding => {
                             done.folded += 1;
-                            let guard = crossbeam_epoch::pin();
-                            // SAFETY: the slot no longer holds the chain (replaced under the
-                            // latch), whose only version was the head; the head is still
-                            // allocated (only this pass, which folded it, frees it).
-                            unsafe { retire(head, &guard) };
-                            chains.release(id, &guard);
+                            // The slot no longer holds the chain (replaced under the latch),
+                            // whose only version was the head: both are unlinked now.
+                            unlinked.versions.push(head as usize);
+                            unlinked.chains.push(short_id(id));
                         }
                         // One version everyone sees, too large for a leaf: it stays a version,
                         // and there is nothing left to collect.
@@ -172,6 +272,7 @@ pub(crate) fn collect<'t>(
             },
         );
     }
+    unlinked.versions.append(&mut pruned_versions);
     done.remaining = rest.len();
     (rest, done)
 }
@@ -204,13 +305,13 @@ fn in_key_order(items: Vec<Item>) -> Vec<Item> {
 }
 
 /// Unlinks the versions of the chain at `head` that no snapshot in `snapshots` (sorted, the
-/// scan's clock `horizon` included) sees and that committed at or before `horizon`; returns how
-/// many.
+/// scan's clock `horizon` included) sees and that committed at or before `horizon`, adding them
+/// to `unlinked`; returns how many.
 ///
 /// # Safety
 /// The caller holds the chain's leaf exclusively (no other chain change can run), and `head` is
 /// the chain in the leaf.
-unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, guard: &crossbeam_epoch::Guard) -> u64 {
+unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, unlinked: &mut Vec<usize>) -> u64 {
     // SAFETY: the chain is allocated (caller).
     let head_ref = unsafe { &*head };
     let mut newer = match head_ref.ts.load(Acquire) {
@@ -235,8 +336,9 @@ unsafe fn prune(head: *mut Version, snapshots: &[u64], horizon: u64, guard: &cro
             newer = ts;
         } else {
             kept.next.store(next, Release);
-            // SAFETY: unlinked just now (readers still on it are protected by the epoch).
-            unsafe { retire(at, guard) };
+            // Unlinked just now (readers still on it are protected by the epoch: the pass
+            // retires it through it).
+            unlinked.push(at as usize);
             pruned += 1;
         }
         at = next;
@@ -266,7 +368,39 @@ unsafe fn fold<'a>(head: *mut Version, oldest: u64) -> Change<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::txn::context::RESTORED;
     use proptest::prelude::*;
+
+    /// What a pass unlinked reaches its shard's reclaim list once the epoch has passed (not
+    /// before: a reader may stand on it), and the shard's next pass frees it; its chain ids
+    /// go back to the shard's free list.
+    #[test]
+    fn a_pass_retires_into_its_shard_and_the_next_pass_frees() {
+        let (gc, chains) = (Gc::new().unwrap(), Chains::new());
+        let reader = crossbeam_epoch::pin();
+        let versions: Vec<*mut Version> = (0..3).map(|_| Version::new_base(&RESTORED, b"v")).collect();
+        let id = chains.create(5, versions[0]);
+        let unlinked =
+            Unlinked { versions: versions.iter().map(|&v| v as usize).collect(), chains: vec![short_id(id)] };
+        gc.retire(5, unlinked, &chains);
+        let queued = |shard: usize| gc.reclaim.shards[shard].lock().unwrap().len();
+        for _ in 0..1000 {
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(queued(5), 0, "nothing is reclaimed while a guard pinned before the retire lives");
+        drop(reader);
+        for _ in 0..100_000 {
+            if queued(5) == 3 {
+                break;
+            }
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!((queued(5), queued(4)), (3, 0), "the versions wait in their shard's list");
+        assert_eq!(chains.create(5, std::ptr::null_mut()), id, "the id is free again, in its shard");
+        assert_ne!(chains.create(4, std::ptr::null_mut()), id, "and in no other");
+        gc.free_reclaimed(5);
+        assert_eq!(queued(5), 0, "the shard's next pass freed them");
+    }
 
     proptest! {
         /// The order a pass collects in is (table, key) order, each once: keys that tie on

@@ -1,6 +1,6 @@
 //! [`Txn`]: one transaction's reads, writes, scans, commit and abort.
 
-use super::chains::Chains;
+use super::chains::{short_id, Chains};
 use super::context::{claim_slot, next_commit_ts, Slot, COMMITTING, IDLE};
 use super::gc::Item;
 use super::scan::{TxnCursor, TxnRange};
@@ -380,10 +380,11 @@ impl<'db> Txn<'db> {
         let snapshot = if writer.read_locked(table.id, key) { LATEST } else { self.snapshot };
         let me = (self.slot, self.seq);
         let reserve = value.map_or(0, <[u8]>::len);
-        let chains = &self.db.chains;
-        let (_, outcome, leaf) = table
-            .tree
-            .update_chain_hinted(key, reserve, |current| write_version(current, me, snapshot, value, chains))?;
+        let (chains, shard) = (&self.db.chains, self.shard as usize);
+        self.db.gc.refill_spare(shard);
+        let (_, outcome, leaf) = table.tree.update_chain_hinted(key, reserve, |current| {
+            write_version(current, me, snapshot, value, (chains, shard))
+        })?;
         match outcome {
             Outcome::Nothing => Ok(false),
             Outcome::Rewrote { existed } => Ok(existed),
@@ -555,6 +556,7 @@ impl<'db> Txn<'db> {
         // Pinned only to retire versions: a transaction that wrote nothing (every read-only one)
         // ends without the pin's fence.
         let guard = (!writes.is_empty()).then(crossbeam_epoch::pin);
+        let mut released = Vec::new();
         for w in writes.into_iter().rev() {
             let guard = guard.as_ref().expect("pinned: there are writes");
             let table = w.table.as_deref().unwrap_or(&*self.db.default_table);
@@ -567,7 +569,7 @@ impl<'db> Txn<'db> {
                     let next = v.next.load(Acquire);
                     if next.is_null() {
                         // Ours was the only version: the key goes, and so does its chain.
-                        chains.release(id, guard);
+                        released.push(short_id(id));
                         (Change::Remove, Some(false))
                     } else {
                         chains.set_head(id, next);
@@ -591,6 +593,9 @@ impl<'db> Txn<'db> {
                 Ok((_, None)) => debug_assert!(false, "our version was not the newest of its chain"),
                 Err(e) => debug_assert!(false, "unlinking a version of a checked key failed: {e}"),
             }
+        }
+        if let Some(guard) = &guard {
+            self.db.chains.release(self.shard as usize, released, guard);
         }
         self.end();
         self.count(Counter::VersionsAborted, retired);
@@ -669,14 +674,14 @@ fn write_version(
     me: (&'static Slot, u64),
     snapshot: u64,
     value: Option<&[u8]>,
-    chains: &Chains,
+    (chains, shard): (&Chains, usize),
 ) -> (Change<'static>, Outcome) {
     let (slot, seq) = me;
     let new = |next: *mut Version| Version::new_uncommitted(slot, seq, value, next);
     // A key without versions gets a chain; the slot stores its id.
     let start = |next: *mut Version, created: u64, existed: bool| {
         let version = new(next);
-        (Change::Chain(chains.create(version)), Outcome::Pushed { version, created, existed })
+        (Change::Chain(chains.create(shard, version)), Outcome::Pushed { version, created, existed })
     };
     match current {
         Current::Absent if value.is_none() => (Change::Keep, Outcome::Nothing),
