@@ -10,7 +10,8 @@
 //! the one-key call.
 //!
 //! A collector's run may start without a descent, at the leaf its first key's write left it in
-//! ([`LeafHint`]: page id and the version the page had after that write). The hint is used only
+//! ([`LeafHint`]: page id, the version the page had after that write, and the key's slot,
+//! which spares the leaf's search when it still holds the key). The hint is used only
 //! if the page still has exactly that version and holds the key: every change, move, eviction
 //! and free of a page bumps its version (`buffer::state`), so a page with the same version is
 //! the same leaf with the same contents, and the exclusive latch taken from that read validates
@@ -113,8 +114,15 @@ impl BTree {
         if !n.is_leaf() || !n.within_fences(key) {
             return None;
         }
+        let at = Visit { pid: hint.pid, version };
+        // Unchanged since the write, the page holds the key where the write left it: checked,
+        // not trusted (a made-up hint may match a version by chance).
+        let slot = usize::from(hint.slot);
+        if slot < n.count() && n.key_equals(slot, key) {
+            return Some((at, slot));
+        }
         let (slot, existed) = n.find(key, self.layout, self.prefetch_depth());
-        existed.then_some((Visit { pid: hint.pid, version }, slot))
+        existed.then_some((at, slot))
     }
 
     /// [`BTree::update_chain`] (with no room reserved) of every item of `items`, sorted by

@@ -313,7 +313,6 @@ impl<'a> NodeRef<'a> {
     }
 
     /// Compares slot `i`'s key suffix with `suffix` (a key with the node prefix removed).
-    #[cfg(test)]
     fn cmp_suffix(self, i: usize, suffix: &[u8]) -> Ordering {
         self.page.compare(self.key_off(i), self.key_len(i), suffix)
     }
@@ -331,7 +330,6 @@ impl<'a> NodeRef<'a> {
 
     /// Whether slot `i` holds exactly `key` (a key within the node's fences, see
     /// [`search`](Self::search)).
-    #[cfg(test)]
     pub(crate) fn key_equals(self, i: usize, key: &[u8]) -> bool {
         i < self.count() && self.cmp_suffix(i, self.strip_prefix(key)) == Ordering::Equal
     }

@@ -81,14 +81,17 @@ pub(crate) enum Applied {
     TooLarge,
 }
 
-/// Where [`BTree::update_chain_hinted`] left a key: its leaf's page and the version the page had
-/// once the change was released. A later call for the same key may start from that leaf instead
-/// of descending ([`BTree::update_chains_sorted`]), if the page still has that version (nothing
-/// changed it, moved it or freed it since) and holds the key.
+/// Where [`BTree::update_chain_hinted`] left a key: its leaf's page, the version the page had
+/// once the change was released, and the key's slot. A later call for the same key may start
+/// from that leaf instead of descending ([`BTree::update_chains_sorted`]), if the page still
+/// has that version (nothing changed it, moved it or freed it since) and holds the key; and at
+/// that slot without searching the leaf, if the slot holds the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeafHint {
     pub pid: u32,
     pub version: u64,
+    /// `u16::MAX`: none.
+    pub slot: u16,
 }
 
 fn chain_bytes(chain: u64) -> [u8; 8] {
@@ -183,7 +186,8 @@ impl BTree {
         let pid = at.pid;
         let x = at.version.into_exclusive()?;
         let (applied, r) = self.change_slot(n, slot, existed, key, reserve, f, guard)?;
-        Ok((applied, r, self.underfull(n), LeafHint { pid, version: x.version_after_release() }))
+        let slot = u16::try_from(slot).unwrap_or(u16::MAX);
+        Ok((applied, r, self.underfull(n), LeafHint { pid, version: x.version_after_release(), slot }))
     }
 
     /// Shows `f` the content of `slot` (`existed`: it holds `key`) of leaf `n`, which the

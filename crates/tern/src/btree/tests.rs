@@ -241,17 +241,21 @@ fn update_chains_sorted_against_model(
         model.insert(k.clone(), Held::Plain(v.clone()));
     }
     // Hints for the passes: fresh ones (a no-op change just made), stale ones (from an earlier
-    // round, their leaves changed since) and made-up ones (any page, any version): the passes
-    // must come out the same whichever they get.
+    // round, their leaves changed since), made-up ones (any page, any version, any slot) and
+    // fresh ones naming a neighbouring slot: the passes must come out the same whichever they
+    // get.
     let mut stale: BTreeMap<Vec<u8>, stored::LeafHint> = BTreeMap::new();
     for (round, keys) in rounds.iter().enumerate() {
         let keys: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
         let mut hints: BTreeMap<Vec<u8>, stored::LeafHint> = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
-            let hint = match i % 3 {
-                0 => t.update_chain_hinted(k, 0, |_| (Change::Keep, ())).ok().map(|(_, _, hint)| hint),
+            let fresh = || t.update_chain_hinted(k, 0, |_| (Change::Keep, ())).ok().map(|(_, _, hint)| hint);
+            let hint = match i % 4 {
+                0 => fresh(),
                 1 => stale.get(*k).copied(),
-                _ => Some(stored::LeafHint { pid: (i * 7 % 64) as u32, version: (i % 8) as u64 }),
+                2 => Some(stored::LeafHint { pid: (i * 7 % 64) as u32, version: (i % 8) as u64, slot: (i % 5) as u16 }),
+                // The leaf as the write left it, another slot: only the slot's key check stops it.
+                _ => fresh().map(|h| stored::LeafHint { slot: h.slot ^ 1, ..h }),
             };
             if let Some(hint) = hint {
                 hints.insert(k.to_vec(), hint);
