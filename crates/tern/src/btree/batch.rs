@@ -102,7 +102,7 @@ impl BTree {
     /// the read, slot included. Hints are never trusted further: a page id reused since, by any
     /// tree, fails the version, fence or key check (the fences matter for hints that never
     /// named `key`'s leaf: the model test makes some up).
-    fn hinted_leaf(&self, hint: LeafHint, key: &[u8]) -> Option<(Visit<'_>, usize)> {
+    pub(super) fn hinted_leaf(&self, hint: LeafHint, key: &[u8]) -> Option<(Visit<'_>, usize)> {
         let version = self.pool.optimistic(hint.pid).ok()?;
         if state::version(version.seen()) != hint.version {
             return None;
@@ -131,7 +131,7 @@ impl BTree {
     /// latch is released (so `done` may take other latches). A run of items in one leaf shares
     /// one descent and one latch. The epoch is pinned per run, not across the whole call; `done`
     /// runs unpinned after a run of several items (it pins as it needs, and a pin of its own
-    /// per item lets the epoch collector free garbage as the pass goes), still pinned after a
+    /// per item lets the epoch advance as the pass goes), still pinned after a
     /// run of one (one pin per item, as the one-key call), and unpinned after an item that went
     /// through the one-key call. `done` must pin for itself whatever it needs pinned.
     pub(crate) fn update_chains_sorted<'v, T, R>(

@@ -689,3 +689,30 @@ fn cursors_skip_and_repeat_nothing_while_leaves_split_merge_and_are_evicted() {
         });
     }
 }
+
+/// A leaf hint is used while its page is unchanged and holds the key, and gives the key's slot
+/// whatever slot it names (the named slot's key is checked, the leaf searched otherwise); once
+/// the leaf changes it is not used at all.
+#[test]
+fn a_hint_finds_its_keys_slot_only_while_its_leaf_is_unchanged() {
+    let t = tree((Layout::BranchFree, false), 4096);
+    let key = |i: u32| format!("key{i:05}").into_bytes();
+    for i in 0..2000 {
+        t.upsert(&key(i), b"value").unwrap();
+    }
+    let k = key(1000);
+    let (_, _, hint) = t.update_chain_hinted(&k, 0, |_| (stored::Change::Keep, ())).unwrap();
+    let slot = |h: stored::LeafHint| t.hinted_leaf(h, &k).map(|(_, slot)| slot);
+    let want = slot(hint).expect("a fresh hint is used");
+    assert_eq!(usize::from(hint.slot), want, "the hint names the key's slot");
+    for named in [hint.slot ^ 1, hint.slot.wrapping_add(2), u16::MAX, 4000] {
+        assert_eq!(slot(stored::LeafHint { slot: named, ..hint }), Some(want), "slot {named}");
+    }
+    // Another key's hint for the same leaf: that key sits at its slot, ours is searched for.
+    let (_, _, neighbour) = t.update_chain_hinted(&key(1001), 0, |_| (stored::Change::Keep, ())).unwrap();
+    assert_eq!(neighbour.pid, hint.pid, "neighbours share the leaf");
+    assert_eq!(slot(neighbour), Some(want));
+    // The leaf changed since either hint: neither is used.
+    t.upsert(&key(1002), b"other").unwrap();
+    assert_eq!((slot(hint), slot(neighbour)), (None, None));
+}

@@ -18,10 +18,14 @@
 //!    `gc::Gc::retire`; an abort its own versions, `version::retire`): releasing an id frees no
 //!    version; dropping the table frees the chains of the ids still live.
 //! 4. Free ids are kept in one list per shard of threads (the context index a transaction runs
-//!    on, as the collector's queues are): a thread takes ids from its own list and its passes
-//!    return the ids they release to it, in one batch per pass, so the write path shares no lock
-//!    and no reference count with other threads (one shared free list and a deferred function
-//!    per id took ~3% of `write1` at 2 threads). An id in one list is never in another.
+//!    on, as the collector's queues are): a thread takes ids from its shard's list and the
+//!    shard's passes return the ids they release to it, in one batch per pass, so writers on
+//!    different shards share no lock and no reference count (one shared free list and a
+//!    deferred function per id took ~3% of `write1` at 2 threads; threads whose contexts share
+//!    a shard, and `Db::gc` run from any thread, share its list). An id in one list is never in
+//!    another. Ids left in the list of a shard no thread uses any more wait for the next thread
+//!    on it; other shards take new ids meanwhile, so the ids in use can exceed the chains live
+//!    by what idle shards hold.
 
 use super::version::{free_chain, Version};
 use crate::sync::segmented::Segmented;
@@ -94,6 +98,14 @@ impl Chains {
         slot.store(head, Release);
     }
 
+    /// Tags `id`, which no slot holds any more, as released (invariant 2), at once: from here
+    /// on dropping the table leaves its versions to whoever unlinked them, even if the
+    /// [`release`](Self::release) of its batch never comes (a panic on the way). Idempotent.
+    pub(crate) fn mark_released(&self, id: u32) {
+        let slot = self.heads.get(id).expect("a live chain id");
+        slot.store(slot.load(Relaxed).map_addr(|a| a | RELEASED), Release);
+    }
+
     /// Releases `ids`, which no slot holds any more, to shard `shard`'s free list once their
     /// epoch has passed (invariant 2; one deferred function for the batch).
     pub(crate) fn release(&self, shard: usize, ids: Vec<u32>, guard: &Guard) {
@@ -101,8 +113,7 @@ impl Chains {
             return;
         }
         for &id in &ids {
-            let slot = self.heads.get(id).expect("a live chain id");
-            slot.store(slot.load(Relaxed).map_addr(|a| a | RELEASED), Release);
+            self.mark_released(id);
         }
         let (heads, free) = (self.heads.clone(), self.free.clone());
         guard.defer(move || {
@@ -113,6 +124,15 @@ impl Chains {
             }
             free[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner()).extend(ids);
         });
+    }
+}
+
+#[cfg(test)]
+impl Chains {
+    /// Whether `id` is tagged released (tests).
+    pub(crate) fn is_released(&self, id: u64) -> bool {
+        let slot = self.heads.get(short_id(id)).expect("a chain id");
+        slot.load(Relaxed).addr() & RELEASED != 0
     }
 }
 

@@ -16,15 +16,17 @@
 //!
 //! A key whose chain could not be folded stays queued for the next pass.
 //!
-//! What a pass unlinks (versions, chain ids) is retired as one batch: one deferred function
-//! (crossbeam-epoch) for the pass, not one per version. Once no reader can stand on them, the
+//! What a pass unlinks (versions, chain ids) is retired as one batch: two deferred functions
+//! (crossbeam-epoch) for the pass, its chain ids and its versions, not one per version. Once no reader can stand on them, the
 //! versions wait in the shard's reclaim list and the shard's next pass frees them, on the
 //! thread that runs it: the thread whose commits queued the keys, so usually the one that
 //! allocated them. (Freed wherever the epoch ran them, half the frees at 2 threads went to the
 //! other thread's malloc arena and met its lock.) A thread's writes also take versions from its
 //! shard's list, 64 at a time, whenever its spare blocks (`version::free`) run out, so a
-//! big transaction's next writes reuse what its commit unlinked. So a shard holds at most one
-//! pass of unlinked versions until its next pass, `Db::gc` or the database's end.
+//! big transaction's next writes reuse what its commit unlinked. A list keeps at most
+//! [`RECLAIM_MAX`] versions: beyond that the deferred function frees the rest where it runs
+//! (so a thread that committed 100,000 keys and then only reads holds about 600 KiB of
+//! them, not 15 MB, until its shard's next pass, `Db::gc` or the database's end).
 
 use super::chains::{short_id, Chains};
 use super::version::{free, spare_blocks, Version, ABORTED, UNCOMMITTED};
@@ -108,6 +110,9 @@ impl Drop for Reclaim {
 /// Versions a refill takes from a reclaim list at a time.
 const REFILL: usize = 64;
 
+/// Most versions a shard's reclaim list keeps (about 600 KiB).
+const RECLAIM_MAX: usize = 4096;
+
 /// Frees versions taken from a reclaim list (their blocks become this thread's spares).
 fn free_all(versions: Vec<usize>) {
     for v in versions {
@@ -173,7 +178,13 @@ impl Gc {
         if !versions.is_empty() {
             let reclaim = self.reclaim.clone();
             guard.defer(move || {
-                reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner()).extend(versions)
+                let excess = {
+                    let mut list = reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
+                    list.extend(versions);
+                    let keep = list.len().min(RECLAIM_MAX);
+                    list.split_off(keep)
+                };
+                free_all(excess);
             });
         }
         // Into the global queue now: a pass's batch would otherwise wait in this thread's bag
@@ -260,6 +271,7 @@ pub(crate) fn collect<'t>(
                             // The slot no longer holds the chain (replaced under the latch),
                             // whose only version was the head: both are unlinked now.
                             unlinked.versions.push(head as usize);
+                            chains.mark_released(short_id(id));
                             unlinked.chains.push(short_id(id));
                         }
                         // One version everyone sees, too large for a leaf: it stays a version,
@@ -383,11 +395,14 @@ mod tests {
         let unlinked =
             Unlinked { versions: versions.iter().map(|&v| v as usize).collect(), chains: vec![short_id(id)] };
         gc.retire(5, unlinked, &chains);
+        assert!(chains.is_released(id), "tagged at once");
         let queued = |shard: usize| gc.reclaim.shards[shard].lock().unwrap().len();
         for _ in 0..1000 {
             crossbeam_epoch::pin().flush();
         }
         assert_eq!(queued(5), 0, "nothing is reclaimed while a guard pinned before the retire lives");
+        let early = chains.create(5, std::ptr::null_mut());
+        assert_ne!(early, id, "nor is the id handed out again");
         drop(reader);
         for _ in 0..100_000 {
             if queued(5) == 3 {

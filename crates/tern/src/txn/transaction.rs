@@ -569,6 +569,7 @@ impl<'db> Txn<'db> {
                     let next = v.next.load(Acquire);
                     if next.is_null() {
                         // Ours was the only version: the key goes, and so does its chain.
+                        chains.mark_released(short_id(id));
                         released.push(short_id(id));
                         (Change::Remove, Some(false))
                     } else {
