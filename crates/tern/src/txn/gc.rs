@@ -94,8 +94,12 @@ struct Reclaim {
 }
 
 impl Reclaim {
+    fn list(&self, shard: usize) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        self.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn take(&self, shard: usize) -> Vec<usize> {
-        std::mem::take(&mut *self.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.list(shard))
     }
 }
 
@@ -159,7 +163,7 @@ impl Gc {
     #[cold]
     fn refill_spare_slow(&self, shard: usize) {
         let batch = {
-            let mut list = self.reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
+            let mut list = self.reclaim.list(shard);
             let keep = list.len().saturating_sub(REFILL);
             list.split_off(keep)
         };
@@ -179,7 +183,7 @@ impl Gc {
             let reclaim = self.reclaim.clone();
             guard.defer(move || {
                 let excess = {
-                    let mut list = reclaim.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
+                    let mut list = reclaim.list(shard);
                     list.extend(versions);
                     let keep = list.len().min(RECLAIM_MAX);
                     list.split_off(keep)
@@ -270,8 +274,9 @@ pub(crate) fn collect<'t>(
                             done.folded += 1;
                             // The slot no longer holds the chain (replaced under the latch),
                             // whose only version was the head: both are unlinked now.
+                            // Tagged released by the pass's `retire` (before it, a panic
+                            // leaves the chain to `Chains::drop`, which frees the head once).
                             unlinked.versions.push(head as usize);
-                            chains.mark_released(short_id(id));
                             unlinked.chains.push(short_id(id));
                         }
                         // One version everyone sees, too large for a leaf: it stays a version,
@@ -396,7 +401,7 @@ mod tests {
             Unlinked { versions: versions.iter().map(|&v| v as usize).collect(), chains: vec![short_id(id)] };
         gc.retire(5, unlinked, &chains);
         assert!(chains.is_released(id), "tagged at once");
-        let queued = |shard: usize| gc.reclaim.shards[shard].lock().unwrap().len();
+        let queued = |shard: usize| gc.reclaim.list(shard).len();
         for _ in 0..1000 {
             crossbeam_epoch::pin().flush();
         }
