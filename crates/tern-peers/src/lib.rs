@@ -54,6 +54,11 @@ pub trait Engine: Send + Sync {
     fn wal_stats(&self) -> Option<tern::wal::WalStats> {
         None
     }
+    /// Latch counters by class, for an engine that keeps them (tern: the process's,
+    /// [`tern::sync::stats`]).
+    fn latch_stats(&self) -> Option<Vec<tern::sync::LatchStats>> {
+        None
+    }
     /// The bytes of cache the engine has, as it reports them where it can; `None` for an
     /// engine without a cache of its own (LMDB reads through the OS page cache).
     fn cache_bytes(&self) -> Option<u64> {

@@ -203,6 +203,10 @@ impl Engine for TernEngine {
     fn wal_stats(&self) -> Option<tern::wal::WalStats> {
         self.db.stats().wal
     }
+
+    fn latch_stats(&self) -> Option<Vec<tern::sync::LatchStats>> {
+        Some(tern::sync::stats())
+    }
 }
 
 struct TernSession<'a> {

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+use tern::sync::LatchStats;
 use tern::wal::{WalStats, GROUP_BUCKETS};
 use tern_peers::{Durability, Engine, OpenOptions, Session};
 
@@ -631,6 +632,7 @@ fn measure(
         })
     };
     let before = e.engine.wal_stats();
+    let latches_before = e.engine.latch_stats();
     let io_before = ProcIo::now();
     let mut sample = match args.operations {
         Some(_) => run_threads_to_completion(threads, body),
@@ -648,7 +650,41 @@ fn measure(
     if let (Some(before), Some(after)) = (before, e.engine.wal_stats()) {
         sample.extra.extend(wal_figures(&before, &after, sample.secs));
     }
+    if let (Some(before), Some(after)) = (latches_before, e.engine.latch_stats()) {
+        sample.extra.insert("latch_waits".into(), latch_figures(&before, &after, ops));
+    }
     Some(sample)
+}
+
+/// The latch classes that waited between two snapshots of the counters, longest total wait
+/// first, each with `class`, `waits` (acquisitions that had to wait), `parks`, `spin_rounds`,
+/// `wait_ns` (summed over the waiting threads), and per operation of the run
+/// (`ops`): `waits_per_kop`, `parks_per_kop` (per 1000) and `wait_ns_per_op`.
+fn latch_figures(before: &[LatchStats], after: &[LatchStats], ops: f64) -> Value {
+    let mut waited: Vec<LatchStats> = after
+        .iter()
+        .map(|a| before.iter().find(|b| b.class == a.class).map_or_else(|| a.clone(), |b| a.since(b)))
+        .filter(|d| d.contended > 0)
+        .collect();
+    waited.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.class.cmp(b.class)));
+    let per = |n: u64, scale: f64| runner::round3(n as f64 * scale / ops.max(1.0));
+    Value::Array(
+        waited
+            .iter()
+            .map(|d| {
+                json!({
+                    "class": d.class,
+                    "waits": d.contended,
+                    "parks": d.parks,
+                    "spin_rounds": d.spin_rounds,
+                    "wait_ns": d.wait_ns,
+                    "waits_per_kop": per(d.contended, 1000.0),
+                    "parks_per_kop": per(d.parks, 1000.0),
+                    "wait_ns_per_op": per(d.wait_ns, 1.0),
+                })
+            })
+            .collect(),
+    )
 }
 
 /// Operation types that commit a write transaction (`commits_per_sec` counts them).
@@ -788,6 +824,7 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
         notes.extend(io_table(&records));
         notes.extend(commit_table(&records, args.durability()));
         notes.extend(latency_table(&records, args.sample_every));
+        notes.extend(latch_table(&records));
         let mut checks = Vec::new();
         for e in &engines {
             match e.check(j) {
@@ -1044,6 +1081,47 @@ fn latency_table(records: &[Record], sample_every: u64) -> Vec<String> {
     lines
 }
 
+/// Where tern's threads waited for latches during the run (median round): the classes with
+/// the longest total waits. Empty when no engine reports latch counters or none waited.
+fn latch_table(records: &[Record]) -> Vec<String> {
+    const SHOWN: usize = 4;
+    let rows: Vec<(&Record, &Vec<Value>)> = records
+        .iter()
+        .filter_map(|r| r.extra.get("latch_waits").and_then(Value::as_array).map(|w| (r, w)))
+        .filter(|(_, w)| !w.is_empty())
+        .collect();
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        format!(
+            "\nlatch waits (tern's latch classes that waited during the run, median round, the {SHOWN} longest): \
+             waits and parks per 1000 operations; wait per operation, summed over the waiting threads (a \
+             thread that waits for a preempted holder counts the whole time, so with more threads than CPUs \
+             it can exceed the operation's own time)"
+        ),
+        format!(
+            "  {:<10} {:>7}  {:<18} {:>10}  {:>10}  {:>10}",
+            "engine", "threads", "class", "waits/kop", "parks/kop", "wait/op"
+        ),
+    ];
+    for (r, waited) in rows {
+        for w in waited.iter().take(SHOWN) {
+            let f = |k: &str| w.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            let class = w.get("class").and_then(Value::as_str).unwrap_or("?");
+            lines.push(format!(
+                "  {:<10} {:>7}  {class:<18} {:>10.2}  {:>10.2}  {:>10}",
+                r.variant,
+                r.threads,
+                f("waits_per_kop"),
+                f("parks_per_kop"),
+                ns(f("wait_ns_per_op").round() as u64)
+            ));
+        }
+    }
+    lines
+}
+
 /// tern against the best other engine at each thread count.
 fn key_ratios(records: &[Record]) -> Vec<String> {
     let mut lines = Vec::new();
@@ -1087,8 +1165,34 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_ratios, Record};
-    use serde_json::Map;
+    use super::{key_ratios, latch_figures, latch_table, Record};
+    use serde_json::{json, Map};
+    use tern::sync::LatchStats;
+
+    /// Only the classes that waited between the snapshots, longest total wait first, as
+    /// differences, per operation; a class registered meanwhile counts from zero.
+    #[test]
+    fn latch_figures_are_the_run_s_waits_longest_first() {
+        let stats =
+            |class, contended, parks, wait_ns| LatchStats { class, contended, parks, wait_ns, ..LatchStats::default() };
+        let before = [stats("a", 10, 1, 1_000), stats("b", 5, 0, 500), stats("c", 7, 7, 7_000)];
+        let after =
+            [stats("a", 30, 1, 3_000), stats("b", 5, 0, 500), stats("c", 8, 8, 107_000), stats("new", 2, 2, 4_000)];
+        let got = latch_figures(&before, &after, 1000.0);
+        let classes: Vec<&str> = got.as_array().unwrap().iter().map(|w| w["class"].as_str().unwrap()).collect();
+        assert_eq!(classes, ["c", "new", "a"], "b did not wait during the run");
+        assert_eq!(got[0]["waits"], json!(1));
+        assert_eq!(got[0]["wait_ns_per_op"], json!(100.0));
+        assert_eq!(got[2]["waits_per_kop"], json!(20.0));
+        assert_eq!(got[1]["parks_per_kop"], json!(2.0));
+        let mut extra = Map::new();
+        extra.insert("latch_waits".into(), got);
+        let r = Record::single("compare", "tern".into(), 32, Map::new(), 1000, 1.0, extra);
+        let table = latch_table(&[r]);
+        assert_eq!(table.len(), 5, "a title, a header and a line per class that waited: {table:?}");
+        assert!(table[2].contains("c") && table[2].contains("100ns"), "{}", table[2]);
+        assert!(latch_table(&[at("lmdb", 1, 5)]).is_empty(), "nothing for an engine without latch counters");
+    }
 
     fn at(variant: &str, threads: usize, ops: u64) -> Record {
         Record::single("compare", variant.into(), threads, Map::new(), ops, 1.0, Map::new())
