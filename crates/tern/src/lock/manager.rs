@@ -13,7 +13,7 @@ use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
 use std::sync::atomic::{
-    AtomicU64,
+    AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{mpsc, Arc};
@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     /// How a request waits before it parks (`lock.wait`: the latches' spin policy and
     /// counters, applied to waiting for a grant).
     pub wait_class: LatchClass,
+    /// Waiters spinning now under [`LockConfig::spinning_waiters`].
+    pub spinners: AtomicUsize,
 }
 
 /// The lockers of a manager.
@@ -91,6 +93,7 @@ impl LockManager {
             detector: Mutex::with_class((), LatchClass::register("lock.detector")?),
             waiting_class: LatchClass::register("lock.waiting")?,
             wait_class: LatchClass::register("lock.wait")?,
+            spinners: AtomicUsize::new(0),
         });
         let detector = match config.deadlock {
             DeadlockPolicy::Periodic(interval) => Some(spawn_detector(Arc::downgrade(&inner), interval)?),

@@ -166,6 +166,13 @@ pub struct LockConfig {
     /// every millisecond per lock. `false`: strict FIFO hand-over on every release (see
     /// `docs/lock.md`, Waiting).
     pub barging: bool,
+    /// Waiters that may spin at once (per lock manager) for up to 50 µs before they park, while
+    /// their thread finds the CPU not crowded: a waiter spinning on an idle core takes a hot
+    /// lock the moment it is released, where a parked one costs the release a wake-up and the
+    /// lock sits free until the waiter runs. Waiters beyond this number, and all of them on a
+    /// crowded CPU, wait as the `lock.wait` latch class's policy says. 0: none spins this way.
+    /// Default: the CPUs available minus one (see `docs/lock.md`, Waiting).
+    pub spinning_waiters: usize,
 }
 
 impl Default for LockConfig {
@@ -177,6 +184,7 @@ impl Default for LockConfig {
             fast_shared: true,
             locker_lookup: LockerLookup::Handle,
             barging: true,
+            spinning_waiters: std::thread::available_parallelism().map_or(0, |n| n.get() - 1),
         }
     }
 }

@@ -493,6 +493,10 @@ fn random_transactions_never_hold_incompatible_locks() {
     for fast_shared in [true, false] {
         waits += stress(LockConfig { fast_shared, partitions: 4, ..LockConfig::default() }, 6, 400, 8);
     }
+    // No waiter spinning before it parks, and more spinners than this machine has CPUs.
+    for spinning_waiters in [0, 4] {
+        waits += stress(LockConfig { spinning_waiters, partitions: 4, ..LockConfig::default() }, 6, 200, 8);
+    }
     waits += stress(
         LockConfig { deadlock: DeadlockPolicy::Periodic(Duration::from_millis(2)), ..LockConfig::default() },
         4,
@@ -500,6 +504,24 @@ fn random_transactions_never_hold_incompatible_locks() {
         6,
     );
     assert!(waits > 0, "the runs had conflicts");
+}
+
+/// A waiter allowed to spin before it parks (`spinning_waiters`) still keeps a deadline
+/// shorter than its spin, and is granted the lock once it is free.
+#[test]
+fn a_spinning_waiter_keeps_its_deadline() {
+    let lm = Arc::new(LockManager::new(LockConfig { spinning_waiters: 1, ..LockConfig::default() }).unwrap());
+    let (a, b) = (lm.locker(), lm.locker());
+    lm.lock(&a, 1u64, LockMode::X, Wait::No).unwrap();
+    let started = Instant::now();
+    let timed_out = lm.lock(&b, 1u64, LockMode::X, Wait::Timeout(Duration::from_micros(20)));
+    assert!(matches!(timed_out, Err(Error::LockTimeout)), "{timed_out:?} after {:?}", started.elapsed());
+    let lm2 = lm.clone();
+    let waiter = std::thread::spawn(move || lm2.lock(&b, 1u64, LockMode::X, Wait::Forever).map(|()| b));
+    wait_for_waits(&lm, 2);
+    lm.unlock_all(&a).unwrap();
+    let b = waiter.join().unwrap().unwrap();
+    lm.unlock_all(&b).unwrap();
 }
 
 #[test]

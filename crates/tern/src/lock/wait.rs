@@ -15,17 +15,31 @@
 //! each hand-over otherwise costs a futex wake and the wake-up of the next holder. The spin
 //! only reads the cell; what it sees is re-checked by the loop below, so the protocol is the
 //! one above. `LatchClass::set_policy(SpinPolicy::Park)` on `lock.wait` parks at once.
+//!
+//! Up to `LockConfig::spinning_waiters` waiters (default: the CPUs minus one) spin longer
+//! first, up to 50 µs, while their thread finds the CPU not crowded: a waiter spinning on a
+//! core nobody else needs takes a hot lock the moment it is released. A parked waiter costs the
+//! release a wake-up, and the lock stays free until the waiter runs, while the cores idle
+//! (TPC-B's branch row at 8 threads on 2 CPUs: two thirds idle). The count bounds the
+//! spinners so that they never take every core from the holder; on a crowded CPU nobody spins
+//! this way. Same protocol: the spin only reads the cell.
 
 use super::deadlock::Detection;
 use super::locker::{LockerCounters, LockerShared, DEADLOCK, GRANTED, IDLE, RETRY, WAITING};
 use super::manager::Inner;
 use super::DeadlockPolicy;
+use crate::sync::counters::add_wait;
 use crate::sync::park::{park_until, unpark_all};
-use crate::sync::spin::Wait as Spin;
+use crate::sync::primitive::ticks;
+use crate::sync::spin::{crowded, Wait as Spin};
+use crate::sync::SpinPolicy;
 use crate::{Error, Result};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long one of the [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters) spins before it parks.
+const WAITER_SPIN: Duration = Duration::from_micros(50);
 
 /// How long a waiter whose deadlock search was inconclusive waits before searching again.
 const DETECT_RETRY: Duration = Duration::from_millis(10);
@@ -94,6 +108,9 @@ impl Inner {
         if cfg!(loom) {
             return;
         }
+        if self.spin_as_one_of_the_spinning_waiters(shared, deadline) {
+            return;
+        }
         let mut spin = Spin::new(self.wait_class);
         while shared.wait.load(Acquire) == WAITING {
             if deadline.is_some_and(|d| Instant::now() >= d) || !spin.spin_without_yielding() {
@@ -102,6 +119,35 @@ impl Inner {
             }
         }
         spin.done();
+    }
+
+    /// If fewer than [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters) waiters spin now, this thread finds its
+    /// CPU not crowded and `lock.wait` is not told to park at once: spins until the request is
+    /// decided, [`WAITER_SPIN`] has passed or the deadline, counted as a wait of `lock.wait`
+    /// (a park if it ends undecided). Returns whether it was one of them.
+    fn spin_as_one_of_the_spinning_waiters(&self, shared: &LockerShared, deadline: Option<Instant>) -> bool {
+        if self.config.spinning_waiters == 0 || self.wait_class.config().policy == SpinPolicy::Park || crowded() {
+            return false;
+        }
+        let mine = self.spinners.fetch_add(1, Relaxed) < self.config.spinning_waiters;
+        if mine {
+            let (start, until) = (ticks(), Instant::now() + WAITER_SPIN);
+            let mut rounds = 0;
+            while shared.wait.load(Acquire) == WAITING {
+                let now = Instant::now();
+                if now >= until || deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
+                for _ in 0..8 {
+                    std::hint::spin_loop();
+                }
+                rounds += 1;
+            }
+            let parks = u64::from(shared.wait.load(Acquire) == WAITING);
+            add_wait(self.wait_class, rounds, parks, ticks().wrapping_sub(start));
+        }
+        self.spinners.fetch_sub(1, Relaxed);
+        mine
     }
 
     /// Under [`DeadlockPolicy::OnConflict`], looks for cycles through the waiter; returns when
