@@ -58,6 +58,14 @@ pub struct LockManager {
     detector: Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
+#[cfg(all(test, not(loom)))]
+impl LockManager {
+    /// Waiters spinning now under `LockConfig::spinning_waiters` (tests).
+    pub(crate) fn spinning(&self) -> usize {
+        self.inner.spinners.load(Relaxed)
+    }
+}
+
 impl std::fmt::Debug for LockManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockManager").field("config", &self.inner.config).finish_non_exhaustive()

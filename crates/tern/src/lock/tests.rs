@@ -506,8 +506,10 @@ fn random_transactions_never_hold_incompatible_locks() {
     assert!(waits > 0, "the runs had conflicts");
 }
 
-/// A waiter allowed to spin before it parks (`spinning_waiters`) still keeps a deadline
-/// shorter than its spin, and is granted the lock once it is free.
+/// With waiters allowed to spin before they park (`spinning_waiters`), a deadline shorter than
+/// the spin still ends the wait with `LockTimeout`, a later waiter is granted the lock once it
+/// is free, and no wait leaves its spinner slot taken (a leaked slot would stop
+/// every later waiter from spinning).
 #[test]
 fn a_spinning_waiter_keeps_its_deadline() {
     let lm = Arc::new(LockManager::new(LockConfig { spinning_waiters: 1, ..LockConfig::default() }).unwrap());
@@ -516,12 +518,14 @@ fn a_spinning_waiter_keeps_its_deadline() {
     let started = Instant::now();
     let timed_out = lm.lock(&b, 1u64, LockMode::X, Wait::Timeout(Duration::from_micros(20)));
     assert!(matches!(timed_out, Err(Error::LockTimeout)), "{timed_out:?} after {:?}", started.elapsed());
+    assert_eq!(lm.spinning(), 0, "the timed-out waiter gave its slot back");
     let lm2 = lm.clone();
     let waiter = std::thread::spawn(move || lm2.lock(&b, 1u64, LockMode::X, Wait::Forever).map(|()| b));
     wait_for_waits(&lm, 2);
     lm.unlock_all(&a).unwrap();
     let b = waiter.join().unwrap().unwrap();
     lm.unlock_all(&b).unwrap();
+    assert_eq!(lm.spinning(), 0, "nor did the granted one");
 }
 
 #[test]

@@ -38,7 +38,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long one of the [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters) spins before it parks.
+/// How long one of the
+/// [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters) spins before it parks.
 const WAITER_SPIN: Duration = Duration::from_micros(50);
 
 /// How long a waiter whose deadlock search was inconclusive waits before searching again.
@@ -121,8 +122,9 @@ impl Inner {
         spin.done();
     }
 
-    /// If fewer than [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters) waiters spin now, this thread finds its
-    /// CPU not crowded and `lock.wait` is not told to park at once: spins until the request is
+    /// If fewer than [`LockConfig::spinning_waiters`](super::LockConfig::spinning_waiters)
+    /// waiters spin now, this thread finds its CPU not crowded and `lock.wait` is not told to
+    /// park at once: spins until the request is
     /// decided, [`WAITER_SPIN`] has passed or the deadline, counted as a wait of `lock.wait`
     /// (a park if it ends undecided). Returns whether it was one of them.
     fn spin_as_one_of_the_spinning_waiters(&self, shared: &LockerShared, deadline: Option<Instant>) -> bool {
