@@ -137,8 +137,9 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 /// released lock to its first waiter (`LockConfig::barging` off); `tern-chain`, tern's group
 /// commit leaders chaining up to 8 flushes (`WalConfig::chain_flushes`, 0 by default);
 /// `tern-pause`, tern's latches with the fixed PAUSE policy instead of the adaptive default (in
-/// a worker process of its own only: `--memory-limit`).
-pub const TERN_VARIANTS: [&str; 4] = ["tern-written", "tern-fifo", "tern-chain", "tern-pause"];
+/// a worker process of its own only: `--memory-limit`); `tern-norows`, tern without its row
+/// cache (`Options::row_cache_percent` 0: the pages get the whole cache).
+pub const TERN_VARIANTS: [&str; 5] = ["tern-written", "tern-fifo", "tern-chain", "tern-pause", "tern-norows"];
 
 /// Every engine a build with `--features peers` can open, tern first.
 pub const ENGINES: [&str; 5] = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
@@ -223,6 +224,8 @@ pub struct OpenOptions {
     /// tern's page size in bytes (`Options::tree.page_size`); `None`: tern's default (16 KiB).
     /// The peers keep theirs.
     pub tern_page_size: Option<usize>,
+    /// tern's row cache share (`Options::row_cache_percent`); `None`: tern's default.
+    pub tern_row_cache_percent: Option<u8>,
 }
 
 impl Default for OpenOptions {
@@ -234,6 +237,7 @@ impl Default for OpenOptions {
             durability: Durability::None,
             dir: None,
             tern_page_size: None,
+            tern_row_cache_percent: None,
         }
     }
 }
@@ -301,6 +305,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         "tern-fifo" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Fifo)?)),
         "tern-chain" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Chain)?)),
         "tern-pause" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Pause)?)),
+        "tern-norows" => Ok(Box::new(TernEngine::open_variant(&options, Variant::NoRows)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]

@@ -28,6 +28,9 @@ pub enum Variant {
     /// default (`tern-pause`). Latch policies are process-wide, so this variant opens only in a
     /// process of its own ([`own_process`]: the worker processes of `--memory-limit`).
     Pause,
+    /// No row cache (`Options::row_cache_percent` 0: the pages get the whole cache;
+    /// `tern-norows`).
+    NoRows,
 }
 
 /// Set once this process runs one engine only (a benchmark's worker process): variants that
@@ -48,6 +51,7 @@ impl Variant {
             Variant::Fifo => "tern-fifo",
             Variant::Chain => "tern-chain",
             Variant::Pause => "tern-pause",
+            Variant::NoRows => "tern-norows",
         }
     }
 
@@ -105,6 +109,12 @@ impl TernEngine {
         let mapped = variant != Variant::Written;
         if let Some(page_size) = options.tern_page_size {
             base.tree.page_size = page_size;
+        }
+        if let Some(percent) = options.tern_row_cache_percent {
+            base.row_cache_percent = percent;
+        }
+        if variant == Variant::NoRows {
+            base.row_cache_percent = 0;
         }
         let cache_given = options.cache_bytes.is_some();
         let durability = match options.durability {
@@ -179,11 +189,13 @@ impl Engine for TernEngine {
             tern::sync::LatchClass::all().into_iter().map(|c| c.config().policy.name()).collect();
         let latches = policies.into_iter().collect::<Vec<_>>().join(", ");
         format!(
-            "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}), durability {}: {storage}, snapshot \
-             isolation, one transaction per operation, lock hand-over {handover}, latch policy {latches}",
+            "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}; row cache {}%), durability {}: \
+             {storage}, snapshot isolation, one transaction per operation, lock hand-over {handover}, latch policy \
+             {latches}",
             env!("CARGO_PKG_VERSION"),
             o.tree.page_size / 1024,
             format_mib(o.cache_bytes),
+            o.row_cache_percent,
             self.durability.name()
         )
     }

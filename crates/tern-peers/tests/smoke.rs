@@ -131,6 +131,7 @@ fn every_engine_opens_at_every_durability_level_on_disk() {
                 durability: level,
                 dir: Some(parent.path().to_path_buf()),
                 tern_page_size: None,
+                tern_row_cache_percent: None,
             };
             let e = open(name, options).unwrap_or_else(|err| panic!("{name} at {level:?}: {err}"));
             let config = e.config();

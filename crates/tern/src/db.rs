@@ -66,7 +66,24 @@ pub struct Options {
     /// Bytes of memory for pages (the buffer pool): pages beyond it live in the database's page
     /// file and are read back on demand. Default: [`Options::default_cache_bytes`].
     pub cache_bytes: u64,
+    /// The percentage of [`cache_bytes`](Self::cache_bytes) given to the **row cache** (0 to
+    /// [`MAX_ROW_CACHE_PERCENT`]; the pages get the rest). When the data outgrows the pages'
+    /// share, a point read that has to read its leaf from disk keeps that key's value in the
+    /// row cache, and later point reads of the key are answered from it while the leaf is on
+    /// disk, without reading the page: with skewed reads over data several times the cache,
+    /// the hot keys are a small part of each leaf, and whole pages hold far fewer of them per
+    /// byte. The row cache fills only once every frame is in use (while the data fits, it
+    /// holds nothing and costs nothing but its share); scans, writes and reads of resident
+    /// leaves never touch it. An entry is used only while its leaf is on disk exactly as
+    /// it was read, so the cache never returns a value the leaf does not hold. Default:
+    /// [`DEFAULT_ROW_CACHE_PERCENT`]; 0 turns it off. Figures: `DbStats::buffer.row_*`.
+    pub row_cache_percent: u8,
 }
+
+/// The default [`Options::row_cache_percent`].
+pub const DEFAULT_ROW_CACHE_PERCENT: u8 = 25;
+/// The largest [`Options::row_cache_percent`].
+pub const MAX_ROW_CACHE_PERCENT: u8 = 90;
 
 impl Options {
     /// The default cache: the smaller of 1 GiB and a quarter of the machine's memory.
@@ -89,6 +106,7 @@ impl Default for Options {
             tracking: TxnTracking::PerThread,
             wal: WalConfig::default(),
             cache_bytes: Options::default_cache_bytes(),
+            row_cache_percent: DEFAULT_ROW_CACHE_PERCENT,
         }
     }
 }
@@ -261,12 +279,7 @@ fn scratch_pool(options: &Options) -> Arc<Pool> {
     static SCRATCH: AtomicU64 = AtomicU64::new(0);
     let n = SCRATCH.fetch_add(1, Relaxed);
     let path = std::env::temp_dir().join(format!("tern-temporary-{}-{n}.pages", std::process::id()));
-    let config = PoolConfig {
-        page_size: options.tree.page_size,
-        cache_bytes: Some(options.cache_bytes),
-        huge_pages: options.tree.huge_pages,
-    };
-    match Pool::with_file(config, Arc::new(StdFs), path.clone()) {
+    match Pool::with_file(pool_config(options), Arc::new(StdFs), path.clone()) {
         Ok(pool) => {
             let _ = std::fs::remove_file(&path);
             pool
@@ -287,6 +300,7 @@ impl Db {
     pub fn open_with_fs(path: impl AsRef<Path>, options: Options, fs: Arc<dyn Fs>) -> Result<Db> {
         let dir = path.as_ref();
         check_wal_config(&options.wal)?;
+        check_cache(&options)?;
         options.tree.validate()?;
         create_dir(&*fs, dir)?;
         let lock = recovery::lock_dir(dir)?;
@@ -298,11 +312,7 @@ impl Db {
         }
         // The page file holds the newest page checkpoint's pages; without one, it starts
         // afresh (see `buffer` and `checkpoint`).
-        let pool_config = PoolConfig {
-            page_size: options.tree.page_size,
-            cache_bytes: Some(options.cache_bytes),
-            huge_pages: options.tree.huge_pages,
-        };
+        let pool_config = pool_config(&options);
         let open_pool = |pages: Option<&[checkpoint::map::Placed]>| match pages {
             Some(pages) => Pool::open_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE), false, pages),
             None => Pool::with_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE)),
@@ -366,6 +376,7 @@ impl Db {
     /// file in the system's temporary directory (unlinked at once), so it too can be larger
     /// than memory; if no such file can be made, in memory only.
     pub fn open_temporary(options: Options) -> Result<Db> {
+        check_cache(&options)?;
         options.tree.validate()?;
         let pool = scratch_pool(&options);
         let table = BTree::with_pool(options.tree, pool.clone())?;
@@ -656,6 +667,27 @@ fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
             _ => Path::new("."),
         };
         fs.sync_dir(parent).map_err(io(format!("syncing directory {}", parent.display())))?;
+    }
+    Ok(())
+}
+
+/// The buffer pool's settings from `options`.
+fn pool_config(options: &Options) -> PoolConfig {
+    PoolConfig {
+        page_size: options.tree.page_size,
+        cache_bytes: Some(options.cache_bytes),
+        row_cache_bytes: options.cache_bytes / 100 * u64::from(options.row_cache_percent),
+        huge_pages: options.tree.huge_pages,
+    }
+}
+
+/// Refuses cache settings out of range.
+fn check_cache(options: &Options) -> Result<()> {
+    if options.row_cache_percent > MAX_ROW_CACHE_PERCENT {
+        return Err(Error::InvalidArgument(format!(
+            "a row cache of {}% of the cache is out of range (0 to {MAX_ROW_CACHE_PERCENT}%)",
+            options.row_cache_percent
+        )));
     }
     Ok(())
 }

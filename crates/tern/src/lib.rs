@@ -42,7 +42,9 @@ pub mod txn;
 pub mod wal;
 
 pub use backup::BackupInfo;
-pub use db::{Db, DbStats, Options, Table, TxnTracking, MAX_TABLE_NAME};
+pub use db::{
+    Db, DbStats, Options, Table, TxnTracking, DEFAULT_ROW_CACHE_PERCENT, MAX_ROW_CACHE_PERCENT, MAX_TABLE_NAME,
+};
 pub use error::{Error, Result};
 pub use recovery::RecoveryStats;
 pub use txn::{Txn, TxnCursor, TxnOptions, TxnRange};

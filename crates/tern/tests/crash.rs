@@ -42,12 +42,14 @@ fn options(mode: &str) -> Options {
         "nosync" => Durability::NoSync,
         _ => Durability::Periodic(Duration::from_millis(20)),
     };
-    // 4 KiB pages and the smallest buffer pool (16 pages, 64 KiB) under a database of more than
-    // 1 MiB (the ballast table): pages are evicted and read back throughout.
+    // 4 KiB pages and the smallest buffer pool (16 pages, 64 KiB; the rest of the 128 KiB cache
+    // is row cache) under a database of more than 1 MiB (the ballast table): pages are evicted
+    // and read back throughout.
     Options {
         wal: WalConfig { durability, file_bytes: 32 << 10, checkpoint_bytes: 256 << 10, ..WalConfig::default() },
         tree: tern::btree::TreeConfig { page_size: 4096, ..Default::default() },
-        cache_bytes: 0,
+        cache_bytes: 128 << 10,
+        row_cache_percent: 50,
         ..Options::default()
     }
 }

@@ -57,10 +57,11 @@ pub struct DriverArgs {
     /// `--features peers`), and tern's A/B variants tern-written (its log written by a group
     /// commit leader's write(2), not mapped), tern-fifo (every released lock handed to its
     /// first waiter: no barging), tern-chain (group commit leaders run up to 8 flushes in a
-    /// row while others wait, instead of waking the next one's leader) and tern-pause (every
+    /// row while others wait, instead of waking the next one's leader), tern-pause (every
     /// latch class on the fixed PAUSE policy instead of the adaptive default; only with
-    /// --memory-limit, which gives each engine a process of its own) [default: tern; compare:
-    /// every engine in this build].
+    /// --memory-limit, which gives each engine a process of its own) and tern-norows (no row
+    /// cache: the pages get the whole cache) [default: tern; compare: every engine in this
+    /// build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),
@@ -146,6 +147,10 @@ pub struct DriverArgs {
     /// the peers keep their own.
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
     pub tern_page_size: Option<u64>,
+    /// tern's row cache, as a percentage of its cache (`Options::row_cache_percent`, 0 to 90)
+    /// [default: tern's, 25]; the `tern-norows` variant runs without one.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=90))]
+    pub tern_row_cache: Option<u8>,
     /// Run each engine (its load and run phases) in a worker process of its own, placed in a
     /// memory cgroup with this limit (bytes, or 512MiB, 2GiB): the engine's heap and the OS page
     /// cache of its files both count. cgroup v2 if its memory controller is usable, else v1; the
@@ -234,6 +239,7 @@ impl DriverArgs {
             durability: self.durability(),
             dir: self.data_parent(),
             tern_page_size: self.tern_page_size.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+            tern_row_cache_percent: self.tern_row_cache,
         }
     }
 
@@ -1133,7 +1139,7 @@ fn key_ratios(records: &[Record]) -> Vec<String> {
         // A peer that measured nothing (its worker died, say) is no best peer.
         let best = at
             .iter()
-            // tern's A/B variants (`tern-written`, `tern-fifo`, `tern-pause`) are no peers.
+            // tern's A/B variants (`tern-written`, `tern-norows`, ...) are no peers.
             .filter(|r| !r.variant.starts_with("tern") && r.ops_per_sec > 0.0)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
         match (tern, best) {

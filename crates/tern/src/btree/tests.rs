@@ -24,9 +24,15 @@ fn tree((layout, hints): (Layout, bool), page_size: usize) -> BTree {
 
 /// A tree in a buffer pool of the fewest frames over a page file: pages are evicted and read
 /// back all the time. The directory must outlive the tree.
-fn evicting_tree((layout, hints): (Layout, bool), page_size: usize) -> (tempfile::TempDir, BTree) {
+fn evicting_tree(shape: (Layout, bool), page_size: usize) -> (tempfile::TempDir, BTree) {
+    evicting_tree_with_rows(shape, page_size, 0)
+}
+
+/// [`evicting_tree`] with a row cache of `rows` bytes beside the frames.
+fn evicting_tree_with_rows((layout, hints): (Layout, bool), page_size: usize, rows: u64) -> (tempfile::TempDir, BTree) {
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::buffer::PoolConfig { page_size, cache_bytes: Some(0), huge_pages: false };
+    let config =
+        crate::buffer::PoolConfig { page_size, cache_bytes: Some(rows), row_cache_bytes: rows, huge_pages: false };
     let pool = crate::buffer::Pool::with_file(config, Arc::new(crate::fs::StdFs), dir.path().join("pages")).unwrap();
     let tree =
         BTree::with_pool(TreeConfig { page_size, layout, prefetch: 2, hints, ..TreeConfig::DEFAULT }, pool).unwrap();
@@ -123,9 +129,10 @@ proptest! {
     #[test]
     fn matches_model_with_pages_evicted_all_the_time(
         shape in 0usize..SHAPES.len(),
+        rows in prop_oneof![Just(0u64), Just(32u64 << 10)],
         ops in proptest::collection::vec(op(), 1..600),
     ) {
-        let (_dir, t) = evicting_tree(SHAPES[shape], 4096);
+        let (_dir, t) = evicting_tree_with_rows(SHAPES[shape], 4096, rows);
         run_on(&t, &ops)?;
         let stats = t.pool().stats();
         prop_assert!(stats.capacity_pages as usize == crate::buffer::MIN_FRAMES);
@@ -553,6 +560,124 @@ fn concurrent_writers_readers_and_scanners(t: BTree) {
         let counted = t.range(..).count();
         assert_eq!(shape.keys, counted);
     }
+}
+
+/// The row cache answers point reads of keys whose leaves were evicted, and never with a value
+/// the leaf no longer holds: every read below is checked against the model, after updates,
+/// deletes and splits of the leaves its entries came from.
+#[test]
+fn the_row_cache_answers_reads_of_evicted_leaves_and_never_a_stale_value() {
+    let (_dir, t) = evicting_tree_with_rows(SHAPES[3], 4096, 256 << 10);
+    let key = |i: u32| format!("row/{i:06}").into_bytes();
+    let mut model = BTreeMap::new();
+    for i in 0..20_000u32 {
+        let v = format!("value {i} first").into_bytes();
+        t.upsert(&key(i), &v).unwrap();
+        model.insert(key(i), v);
+    }
+    let hot: Vec<u32> = (0..20_000).step_by(97).collect();
+    let check = |t: &BTree, model: &BTreeMap<Vec<u8>, Vec<u8>>, rounds: usize| {
+        for _ in 0..rounds {
+            for &i in &hot {
+                assert_eq!(t.get(&key(i)).unwrap().as_ref(), model.get(&key(i)), "key {i}");
+            }
+        }
+    };
+    check(&t, &model, 3);
+    let s = t.pool().stats();
+    assert!(s.row_hits > 0 && s.row_inserts > 0 && s.row_entries > 0, "{s:?}");
+    // Change every third hot key, delete every fifth, and grow the leaves of others until they
+    // split: reads must see exactly the model, whether the leaf is resident, evicted again, or
+    // its entries were made from an older image.
+    for (n, &i) in hot.iter().enumerate() {
+        if n % 5 == 0 {
+            t.delete(&key(i)).unwrap();
+            model.remove(&key(i));
+        } else if n % 3 == 0 {
+            let v = format!("value {i} second").into_bytes();
+            t.upsert(&key(i), &v).unwrap();
+            model.insert(key(i), v);
+        } else if n % 7 == 1 {
+            for j in 0..40u32 {
+                let k = format!("row/{i:06}/{j:03}").into_bytes();
+                t.upsert(&k, b"split filler").unwrap();
+                model.insert(k, b"split filler".to_vec());
+            }
+        }
+    }
+    check(&t, &model, 3);
+    let after = t.pool().stats();
+    assert!(after.row_stale > s.row_stale, "entries of changed leaves were found stale: {after:?}");
+    assert!(after.row_hits > s.row_hits, "{after:?}");
+    assert!(after.row_bytes <= after.row_cache_bytes, "{after:?}");
+    t.check().unwrap();
+}
+
+/// Readers of a few hot keys, in a pool of the fewest frames with a row cache, while writers
+/// raise each key's counter: no reader ever sees a key's counter go back (a stale row would).
+#[test]
+fn concurrent_readers_never_see_a_row_older_than_one_they_saw() {
+    const KEYS: u32 = 64;
+    let (_dir, t) = evicting_tree_with_rows(SHAPES[3], 4096, 64 << 10);
+    let t = Arc::new(t);
+    let key = |i: u32| format!("hot/{:05}", i * 31).into_bytes();
+    let value = |round: u64| {
+        let mut v = round.to_be_bytes().to_vec();
+        v.extend_from_slice(&[0x5A; 60]);
+        v
+    };
+    // Cold keys around the hot ones: many leaves, so the hot ones keep being evicted.
+    for i in 0..20_000u32 {
+        t.upsert(format!("hot/{i:05}/cold").as_bytes(), &[1; 80]).unwrap();
+    }
+    for i in 0..KEYS {
+        t.upsert(&key(i), &value(0)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u32)
+        .map(|w| {
+            let t = t.clone();
+            thread::spawn(move || {
+                for round in 1..=300u64 {
+                    for i in (w..KEYS).step_by(2) {
+                        t.upsert(&key(i), &value(round)).unwrap();
+                    }
+                    // Cold reads in between evict the hot leaves.
+                    for c in 0..20u32 {
+                        t.get(format!("hot/{:05}/cold", (round as u32 * 131 + c * 977) % 20_000).as_bytes()).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, stop) = (t.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut seen = vec![0u64; KEYS as usize];
+                let mut reads = 0u64;
+                while !stop.load(Relaxed) || reads < 10_000 {
+                    for i in 0..KEYS {
+                        let v = t.get(&key(i)).unwrap().expect("hot keys are never deleted");
+                        let round = u64::from_be_bytes(v[..8].try_into().unwrap());
+                        assert!(round >= seen[i as usize], "key {i}: round {round} after {}", seen[i as usize]);
+                        assert_eq!(v[8..], [0x5A; 60]);
+                        seen[i as usize] = round;
+                        reads += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|h| h.join().unwrap());
+    stop.store(true, Relaxed);
+    readers.into_iter().for_each(|h| h.join().unwrap());
+    for i in 0..KEYS {
+        assert_eq!(t.get(&key(i)).unwrap(), Some(value(300)));
+    }
+    let s = t.pool().stats();
+    assert!(s.row_hits > 0 && s.evictions > 0, "the row cache and eviction took part: {s:?}");
+    t.check().unwrap();
 }
 
 #[test]

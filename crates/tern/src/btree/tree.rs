@@ -176,6 +176,18 @@ pub(crate) struct Path<'g> {
     pub parent: Option<(Visit<'g>, usize)>,
 }
 
+/// Where a descent ended: at the node it went for, or at a row-cache entry for its key.
+pub(crate) enum Reached<'g> {
+    Node(Path<'g>),
+    Row,
+}
+
+/// A point read's hold on its output and fault flag while it descends (see `try_get`).
+struct RowRead<'a> {
+    out: &'a mut Vec<u8>,
+    faulted: &'a mut bool,
+}
+
 /// How much room a node has for one more entry.
 pub(crate) enum Room {
     InPlace,
@@ -390,6 +402,24 @@ impl BTree {
         before: bool,
         guard: &'g Guard,
     ) -> Result<Path<'g>, Abort> {
+        match self.descend_or_row(key, level, before, guard, None)? {
+            Reached::Node(path) => Ok(path),
+            // Only a descent given a `RowRead` ends at a row.
+            Reached::Row => Err(Abort::Restart),
+        }
+    }
+
+    /// [`descend`](Self::descend); with `row`, a point read's descent that finds the leaf
+    /// evicted asks the pool's row cache for `key` first (its value appended to `row.out`:
+    /// [`Reached::Row`]), and otherwise faults the leaf in, sets `row.faulted` and restarts.
+    fn descend_or_row<'g>(
+        &'g self,
+        key: &[u8],
+        level: u8,
+        before: bool,
+        guard: &'g Guard,
+        mut row: Option<RowRead<'_>>,
+    ) -> Result<Reached<'g>, Abort> {
         let (layout, pf) = (self.layout, self.prefetch_depth());
         let mut at = self.root(guard)?;
         let mut parent = None;
@@ -400,9 +430,23 @@ impl BTree {
                     at.version.validate()?;
                     return Err(Abort::Restart); // the tree shrank below `level` meanwhile
                 }
-                return Ok(Path { at, parent });
+                return Ok(Reached::Node(Path { at, parent }));
             }
             let slot = n.search(key, !before, layout, pf);
+            if let (Some(row), 1) = (row.as_mut(), n.level()) {
+                let pid = n.child(slot);
+                if let Some(evicted) = self.pool.evicted_version(pid) {
+                    let hit = self.pool.row(pid, evicted, key, row.out);
+                    // The id was the child's while its word said evicted at that version.
+                    at.version.validate()?;
+                    if hit {
+                        return Ok(Reached::Row);
+                    }
+                    *row.faulted = true;
+                    self.pool.fault_in(pid)?;
+                    return Err(Abort::Restart);
+                }
+            }
             let child = self.child(&at, slot, guard)?;
             parent = Some((at, slot));
             at = child;
@@ -428,10 +472,14 @@ impl BTree {
     /// invalidating the reads.
     pub(crate) fn get_stored(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>> {
         self.check_key(key)?;
+        let mut faulted = false;
         for attempt in 0.. {
             out.clear();
-            let found =
-                if attempt < OPTIMISTIC_ATTEMPTS { self.try_get(key, out, guard) } else { self.get_shared(key, out) };
+            let found = if attempt < OPTIMISTIC_ATTEMPTS {
+                self.try_get(key, out, guard, &mut faulted)
+            } else {
+                self.get_shared(key, out)
+            };
             match found {
                 Ok(found) => return Ok(found),
                 Err(Abort::Restart) => self.count_restart(),
@@ -441,8 +489,21 @@ impl BTree {
         unreachable!("the loop returns")
     }
 
-    fn try_get(&self, key: &[u8], out: &mut Vec<u8>, guard: &Guard) -> Result<Option<Stored>, Abort> {
-        let path = self.descend(key, 0, false, guard)?;
+    /// One optimistic point read. With a row cache, a leaf on disk is first asked of it, and a
+    /// read that had to fault its leaf in (`faulted`, kept across restarts) leaves the key's
+    /// plain value there once it is validated.
+    fn try_get(
+        &self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        guard: &Guard,
+        faulted: &mut bool,
+    ) -> Result<Option<Stored>, Abort> {
+        let row = self.pool.has_rows().then_some(RowRead { out: &mut *out, faulted: &mut *faulted });
+        let path = match self.descend_or_row(key, 0, false, guard, row)? {
+            Reached::Node(path) => path,
+            Reached::Row => return Ok(Some(Stored::Plain)),
+        };
         let leaf = NodeRef::new(path.at.page());
         let (slot, found) = leaf.find(key, self.layout, self.prefetch_depth());
         if found && self.pool.evicts() && leaf.value_ref(slot).flags & FLAG_OVERFLOW != 0 {
@@ -453,6 +514,9 @@ impl BTree {
         }
         let stored = if found { Some(self.read_stored(leaf, slot, out)?) } else { None };
         path.at.version.validate()?;
+        if *faulted && matches!(stored, Some(Stored::Plain)) {
+            self.pool.keep_row(path.at.pid, path.at.version.seen(), key, out);
+        }
         Ok(stored)
     }
 

@@ -17,6 +17,7 @@
 //! * `meta.rs`: cold per-page facts (slots, checksums, generations).
 //! * `capture.rs`: a checkpoint's images of every page at one instant (write gate, copy
 //!   before write).
+//! * `rows.rs`: the row cache, single keys' values from evicted leaves (a share of the cache).
 //! * `stats.rs`: counters, [`BufferStats`].
 //!
 //! Invariants (each file states its own in detail):
@@ -54,6 +55,7 @@ mod loom_tests;
 mod meta;
 pub(crate) mod page;
 mod pool;
+mod rows;
 pub(crate) mod state;
 mod stats;
 #[cfg(all(test, not(loom)))]

@@ -11,6 +11,7 @@ use super::file::PageFile;
 use super::frames::{Arena, Frame};
 use super::guard::{ExclusivePage, PageRef, SharedPage};
 use super::meta::Meta;
+use super::rows::Rows;
 use super::state::{self, Absent, StateWord, DIRTY, EVICTED, LOADING};
 use super::stats::{BufferStats, Counters};
 use crate::fs::Fs;
@@ -89,8 +90,12 @@ unsafe impl Send for FrameList {}
 pub struct PoolConfig {
     /// Page size in bytes (a power of two, 4 KiB to 64 KiB).
     pub page_size: usize,
-    /// Bytes of frames the pool may hold; `None`: unbounded (memory only, nothing evicted).
+    /// Bytes of memory for the pool: frames, and the row cache's share; `None`: unbounded
+    /// (memory only, nothing evicted).
     pub cache_bytes: Option<u64>,
+    /// Bytes of `cache_bytes` given to the row cache (`rows.rs`: values of single keys whose
+    /// leaves were evicted); the frames get the rest. Ignored by unbounded pools.
+    pub row_cache_bytes: u64,
     /// Advise frame memory for transparent huge pages.
     pub huge_pages: bool,
 }
@@ -115,6 +120,8 @@ pub struct Pool {
     pub(crate) free_frames: AtomicUsize,
     /// Most frames (`usize::MAX`: unbounded).
     pub(crate) capacity: usize,
+    /// The row cache (`rows.rs`).
+    pub(crate) rows: Rows,
     /// The clock hand (a frame index, taken modulo the frame count).
     pub(crate) hand: AtomicU64,
     pub(crate) file: Option<PageFile>,
@@ -132,7 +139,7 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// A pool that never evicts (no file): every page stays in memory.
     pub fn memory(page_size: usize, huge_pages: bool) -> Arc<Pool> {
-        Pool::build(PoolConfig { page_size, cache_bytes: None, huge_pages }, None)
+        Pool::build(PoolConfig { page_size, cache_bytes: None, row_cache_bytes: 0, huge_pages }, None)
     }
 
     /// A pool of at most `config.cache_bytes` of frames over a new, empty page file created at
@@ -183,9 +190,12 @@ impl Pool {
 
     fn build(config: PoolConfig, file: Option<PageFile>) -> Arc<Pool> {
         let frame_bytes = super::frames::frame_layout(config.page_size).size() as u64;
-        let capacity = match (config.cache_bytes, &file) {
-            (Some(bytes), Some(_)) => usize::try_from(bytes / frame_bytes).unwrap_or(usize::MAX).max(MIN_FRAMES),
-            _ => usize::MAX,
+        let (capacity, row_bytes) = match (config.cache_bytes, &file) {
+            (Some(bytes), Some(_)) => {
+                let rows = config.row_cache_bytes.min(bytes);
+                (usize::try_from((bytes - rows) / frame_bytes).unwrap_or(usize::MAX).max(MIN_FRAMES), rows)
+            }
+            _ => (usize::MAX, 0),
         };
         Arc::new(Pool {
             page_size: config.page_size,
@@ -203,6 +213,7 @@ impl Pool {
             frame_count: AtomicU32::new(0),
             free_frames: AtomicUsize::new(0),
             capacity,
+            rows: Rows::new(row_bytes),
             hand: AtomicU64::new(0),
             file,
             counters: Counters::default(),
@@ -263,6 +274,35 @@ impl Pool {
             }
             Err(Absent::Evicted) => Err(Miss::Evicted),
             Err(Absent::Free) => Err(Miss::Restart),
+        }
+    }
+
+    /// The version page `pid` was evicted at, if it is on disk only (`None`: resident, loading,
+    /// or no such page).
+    #[inline]
+    pub(crate) fn evicted_version(&self, pid: u32) -> Option<u64> {
+        let w = self.state_word(self.table.get(pid)?).load();
+        (state::state(w) == EVICTED).then_some(state::version(w))
+    }
+
+    /// Whether reads consult and feed the row cache.
+    #[inline]
+    pub(crate) fn has_rows(&self) -> bool {
+        self.rows.enabled()
+    }
+
+    /// Appends `key`'s value to `out` if the row cache holds it for page `pid` evicted at
+    /// version `evicted` (`rows.rs`).
+    pub(crate) fn row(&self, pid: u32, evicted: u64, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.rows.get(pid, evicted, key, out)
+    }
+
+    /// Keeps `key`'s plain `value`, read from page `pid` and validated at state word `seen`,
+    /// in the row cache, if every frame is in use (a pool that still has room for the data
+    /// needs no row cache).
+    pub(crate) fn keep_row(&self, pid: u32, seen: u64, key: &[u8], value: &[u8]) {
+        if self.frame_count.load(Relaxed) as usize >= self.capacity {
+            self.rows.insert(pid, state::version(seen), key, value);
         }
     }
 
@@ -569,6 +609,7 @@ impl Pool {
             if self.capacity == usize::MAX { 0 } else { self.capacity as u64 },
             frames - free,
             file_pages,
+            self.rows.figures(),
         )
     }
 

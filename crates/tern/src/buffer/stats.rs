@@ -1,5 +1,6 @@
 //! The buffer pool's counters and their snapshot, [`BufferStats`].
 
+use super::rows::RowFigures;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -79,7 +80,14 @@ impl Counters {
         0.0
     }
 
-    pub(crate) fn snapshot(&self, page_size: usize, capacity: u64, resident: u64, file_pages: u64) -> BufferStats {
+    pub(crate) fn snapshot(
+        &self,
+        page_size: usize,
+        capacity: u64,
+        resident: u64,
+        file_pages: u64,
+        rows: RowFigures,
+    ) -> BufferStats {
         let counts: Vec<u64> = self.read_ns.iter().map(|c| c.load(Relaxed)).collect();
         let total = counts.iter().sum();
         let hits = crate::sync::class_stats(*super::pool::PAGE_CLASS);
@@ -102,6 +110,14 @@ impl Counters {
             read_p50_us: self.percentile(&counts, total, 0.50),
             read_p99_us: self.percentile(&counts, total, 0.99),
             read_p999_us: self.percentile(&counts, total, 0.999),
+            row_cache_bytes: rows.capacity_bytes,
+            row_bytes: rows.bytes,
+            row_entries: rows.entries,
+            row_hits: rows.hits,
+            row_misses: rows.misses,
+            row_stale: rows.stale,
+            row_inserts: rows.inserts,
+            row_evictions: rows.evictions,
         }
     }
 }
@@ -148,6 +164,25 @@ pub struct BufferStats {
     pub read_p99_us: f64,
     /// The 99.9th percentile, as `read_p50_us`.
     pub read_p999_us: f64,
+    /// The row cache's share of the cache, in bytes (0: no row cache). It keeps single keys'
+    /// values read from leaves that had to be read from the page file, for point reads of
+    /// those keys after the leaf is evicted again ([`Options::row_cache_percent`](crate::Options::row_cache_percent)).
+    pub row_cache_bytes: u64,
+    /// Bytes the row cache holds now (keys, values and its per-entry overhead).
+    pub row_bytes: u64,
+    /// Entries the row cache holds now.
+    pub row_entries: u64,
+    /// Point reads of a key in an evicted leaf that the row cache answered (no page read).
+    pub row_hits: u64,
+    /// Point reads of a key in an evicted leaf that found no entry for it.
+    pub row_misses: u64,
+    /// Point reads that found an entry made from another image of the leaf (it changed or
+    /// came back since): dropped, the leaf read instead.
+    pub row_stale: u64,
+    /// Entries made.
+    pub row_inserts: u64,
+    /// Entries dropped to make room.
+    pub row_evictions: u64,
 }
 
 #[cfg(test)]

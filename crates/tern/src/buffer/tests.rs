@@ -10,7 +10,7 @@ const PAGE: usize = 4096;
 fn pool_with(fs: Arc<dyn Fs>, frames: usize) -> (tempfile::TempDir, Arc<Pool>) {
     let dir = tempfile::tempdir().unwrap();
     let bytes = (frames * (PAGE + 64)) as u64;
-    let config = PoolConfig { page_size: PAGE, cache_bytes: Some(bytes), huge_pages: false };
+    let config = PoolConfig { page_size: PAGE, cache_bytes: Some(bytes), row_cache_bytes: 0, huge_pages: false };
     let pool = Pool::with_file(config, fs, dir.path().join("pages")).unwrap();
     (dir, pool)
 }

@@ -120,6 +120,7 @@ pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeCo
     let pool_config = PoolConfig {
         page_size: config.page_size,
         cache_bytes: Some(crate::Options::default_cache_bytes()),
+        row_cache_bytes: 0,
         huge_pages: config.huge_pages,
     };
     let open_pool = |pages: Option<&[crate::checkpoint::map::Placed]>| match pages {

@@ -210,7 +210,8 @@ fn a_tree_error_while_applying_is_returned_as_it_is() {
         let fs = crate::fs::FaultFs::new();
         let faults = fs.faults.clone();
         let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
-        let pool_config = crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(0), huge_pages: false };
+        let pool_config =
+            crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(0), row_cache_bytes: 0, huge_pages: false };
         let pool = Pool::with_file(pool_config, std::sync::Arc::new(fs), dir.path().join("pages")).unwrap();
         let tree = BTree::with_pool(config, pool.clone()).unwrap();
         for i in 0..3000u32 {
@@ -247,7 +248,12 @@ fn replay_batches_are_an_eighth_of_the_cache_within_bounds() {
     use super::replay::{batch_bytes, BATCH_BYTES, MAX_BATCH_BYTES};
     let dir = tempfile::tempdir().unwrap();
     let batch = |cache: u64, log: u64| {
-        let config = crate::buffer::PoolConfig { page_size: 4096, cache_bytes: Some(cache), huge_pages: false };
+        let config = crate::buffer::PoolConfig {
+            page_size: 4096,
+            cache_bytes: Some(cache),
+            row_cache_bytes: 0,
+            huge_pages: false,
+        };
         let pool = Pool::with_file(config, std::sync::Arc::new(crate::fs::StdFs), dir.path().join("pages")).unwrap();
         batch_bytes(&pool, log)
     };
