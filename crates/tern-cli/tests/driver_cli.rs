@@ -183,7 +183,10 @@ fn compare_gives_every_engine_the_cache_asked_for_and_reports_it() {
         assert!(run.get(key).is_some(), "missing {key}: {run}");
     }
     assert!(run["reads_per_op"].as_f64().is_some_and(|x| x >= 0.0), "{run}");
-    assert!(stderr.contains("cache 24 MiB (Options::cache_bytes, --cache)"), "the configuration line: {stderr}");
+    assert!(
+        stderr.contains("cache 24 MiB (Options::cache_bytes, --cache; row cache 25%)"),
+        "the configuration line: {stderr}"
+    );
     assert!(stderr.contains("read B/op") && stderr.contains("reads/op"), "the table of reads: {stderr}");
     let (ok, _, stderr) = tern(&["bench", "compare", "--cache", "lots"]);
     assert!(!ok && stderr.contains("\"lots\" is not a size"), "{stderr}");
