@@ -371,8 +371,20 @@ impl Capture<'_> {
             pool.capture.active.store(0, SeqCst);
             copies.clear();
         }
+        give_back_heap();
         let deferred = std::mem::take(&mut *pool.capture.deferred.lock().unwrap_or_else(|p| p.into_inner()));
         pool.give_back_ids(deferred, extent);
+    }
+}
+
+/// Hands heap memory the capture freed (its copies of pages) back to the system: malloc keeps
+/// freed blocks for reuse, and under a memory limit that memory belongs to the page cache.
+fn give_back_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes malloc's own locks and only returns free memory to the system;
+    // no memory of ours is passed or touched.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -32,6 +32,11 @@ pub(crate) const NO_PAGE: u32 = u32::MAX;
 /// operations latch at once (each at most a parent, a node, its sibling, a new sibling and a
 /// new root); a pool asked to be smaller gets this many.
 pub const MIN_FRAMES: usize = 16;
+/// Extra rounds a thread short of frames tries while a checkpoint captures, each after
+/// [`CAPTURE_PAUSE`], before it goes over the bound (see `take_frame`).
+const CAPTURE_ROUNDS: u32 = 100;
+/// The pause between those rounds.
+const CAPTURE_PAUSE: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The latch class of every page (spin policy and counters).
 pub(crate) static PAGE_CLASS: LazyLock<LatchClass> =
@@ -574,8 +579,13 @@ impl Pool {
                 }
                 let count = self.frame_count.load(Relaxed) as usize;
                 // Past two fruitless rounds every resident page is latched or being written:
-                // go over the bound rather than wait for a latch this thread may hold.
-                if count < self.capacity || rounds > 2 {
+                // go over the bound rather than wait for a latch this thread may hold. While a
+                // checkpoint captures, the pages it must write stay resident until it writes
+                // them (then they can go): keep trying a while longer, so that writers follow
+                // the checkpoint's progress instead of growing the pool (bounded: the
+                // checkpointer may need a latch this thread holds).
+                let capturing = self.capture.active.load(Relaxed) != 0;
+                if count < self.capacity || rounds > 2 && !(capturing && rounds < 2 + CAPTURE_ROUNDS) {
                     if count >= self.capacity {
                         self.counters.overshoot.fetch_add(1, Relaxed);
                     }
@@ -586,8 +596,11 @@ impl Pool {
                 }
             }
             self.evictor.poke(self);
-            self.evict_batch(super::evict::SMALL_BATCH)?;
+            let freed = self.evict_batch(super::evict::SMALL_BATCH)?;
             rounds += 1;
+            if freed == 0 && rounds > 2 && self.capture.active.load(Relaxed) != 0 {
+                std::thread::sleep(CAPTURE_PAUSE);
+            }
         }
     }
 
