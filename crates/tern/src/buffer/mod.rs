@@ -35,8 +35,8 @@
 //! 5. A thread never waits for eviction while holding the latch eviction would need: a thread
 //!    short of frames evicts a small batch itself, skipping latched pages, and goes over the
 //!    bound (counted in `over_capacity`) rather than wait for latches it may hold. While a
-//!    checkpoint captures, it first keeps trying for a bounded time (about 100 rounds of
-//!    100 µs): the pages the checkpoint must write become evictable as it writes them, so the
+//!    checkpoint captures, it first keeps trying for a bounded time (up to 10 ms, in rounds
+//!    with 100 µs pauses): the pages the checkpoint must write become evictable as it writes them, so the
 //!    pool follows the checkpoint instead of growing past its bound.
 //! 6. Memory-only pools (no file) never evict; their pages live until freed.
 //! 7. No write but a checkpoint's targets a block the durable checkpoint uses, and a capture's

@@ -32,10 +32,10 @@ pub(crate) const NO_PAGE: u32 = u32::MAX;
 /// operations latch at once (each at most a parent, a node, its sibling, a new sibling and a
 /// new root); a pool asked to be smaller gets this many.
 pub const MIN_FRAMES: usize = 16;
-/// Extra rounds a thread short of frames tries while a checkpoint captures, each after
-/// [`CAPTURE_PAUSE`], before it goes over the bound (see `take_frame`).
-const CAPTURE_ROUNDS: u32 = 100;
-/// The pause between those rounds.
+/// How long a thread short of frames keeps trying while a checkpoint captures, before it goes
+/// over the bound (see `take_frame`).
+const CAPTURE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+/// The pause between its rounds.
 const CAPTURE_PAUSE: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The latch class of every page (spin policy and counters).
@@ -563,6 +563,7 @@ impl Pool {
     /// thread evicts one small batch if the background evictor has not kept up).
     pub(crate) fn take_frame(&self) -> Result<&Frame> {
         let mut rounds = 0;
+        let mut waited_since = None;
         loop {
             {
                 let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
@@ -584,8 +585,9 @@ impl Pool {
                 // them (then they can go): keep trying a while longer, so that writers follow
                 // the checkpoint's progress instead of growing the pool (bounded: the
                 // checkpointer may need a latch this thread holds).
-                let capturing = self.capture.active.load(Relaxed) != 0;
-                if count < self.capacity || rounds > 2 && !(capturing && rounds < 2 + CAPTURE_ROUNDS) {
+                let waiting = self.capture.active.load(Relaxed) != 0
+                    && waited_since.is_none_or(|since: std::time::Instant| since.elapsed() < CAPTURE_WAIT);
+                if count < self.capacity || rounds > 2 && !waiting {
                     if count >= self.capacity {
                         self.counters.overshoot.fetch_add(1, Relaxed);
                     }
@@ -599,6 +601,7 @@ impl Pool {
             let freed = self.evict_batch(super::evict::SMALL_BATCH)?;
             rounds += 1;
             if freed == 0 && rounds > 2 && self.capture.active.load(Relaxed) != 0 {
+                waited_since.get_or_insert_with(std::time::Instant::now);
                 std::thread::sleep(CAPTURE_PAUSE);
             }
         }
