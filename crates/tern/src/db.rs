@@ -63,8 +63,10 @@ pub struct Options {
     pub tracking: TxnTracking,
     /// The write-ahead log (databases opened with [`Db::open`]).
     pub wal: WalConfig,
-    /// Bytes of memory for pages (the buffer pool): pages beyond it live in the database's page
-    /// file and are read back on demand. Default: [`Options::default_cache_bytes`].
+    /// Bytes of memory for pages (the buffer pool) and the row cache
+    /// ([`row_cache_percent`](Self::row_cache_percent) of it): pages beyond it live in the
+    /// database's page file and are read back on demand. Default:
+    /// [`Options::default_cache_bytes`].
     pub cache_bytes: u64,
     /// The percentage of [`cache_bytes`](Self::cache_bytes) given to the **row cache** (0 to
     /// [`MAX_ROW_CACHE_PERCENT`]; the pages get the rest). When the data outgrows the pages'
