@@ -363,26 +363,33 @@ impl BTree {
     /// evicted page is faulted in (once `parent` confirms the id) and the caller restarts.
     #[inline]
     pub(crate) fn fix<'g>(&'g self, pid: u32, parent: Option<&PageRef<'_>>) -> Result<Visit<'g>, Abort> {
-        match self.pool.optimistic(pid) {
-            Ok(version) => {
-                let page = version.page();
-                if self.prefetch_depth() > 0 {
-                    NodeRef::new(page).prefetch_header();
-                }
-                if let Some(parent) = parent {
-                    parent.validate()?;
-                }
-                Ok(Visit { pid, version })
-            }
-            Err(Miss::Evicted) => {
-                if let Some(parent) = parent {
-                    parent.validate()?;
-                }
+        match self.fix_resident(pid, parent)? {
+            Some(visit) => Ok(visit),
+            None => {
                 self.pool.fault_in(pid)?;
                 Err(Abort::Restart)
             }
-            Err(Miss::Restart) => Err(Abort::Restart),
         }
+    }
+
+    /// [`fix`](Self::fix) without the fault: `None` if page `pid` is on disk (`parent` validated,
+    /// so the id was real).
+    #[inline]
+    fn fix_resident<'g>(&'g self, pid: u32, parent: Option<&PageRef<'_>>) -> Result<Option<Visit<'g>>, Abort> {
+        let visit = match self.pool.optimistic(pid) {
+            Ok(version) => {
+                if self.prefetch_depth() > 0 {
+                    NodeRef::new(version.page()).prefetch_header();
+                }
+                Some(Visit { pid, version })
+            }
+            Err(Miss::Evicted) => None,
+            Err(Miss::Restart) => return Err(Abort::Restart),
+        };
+        if let Some(parent) = parent {
+            parent.validate()?;
+        }
+        Ok(visit)
     }
 
     /// Steps from `parent` to its child in slot `slot`: reads the child's version, then
@@ -433,21 +440,24 @@ impl BTree {
                 return Ok(Reached::Node(Path { at, parent }));
             }
             let slot = n.search(key, !before, layout, pf);
-            if let (Some(row), 1) = (row.as_mut(), n.level()) {
-                let pid = n.child(slot);
-                if let Some(evicted) = self.pool.evicted_version(pid) {
-                    let hit = self.pool.row(pid, evicted, key, row.out);
-                    // The id was the child's while its word said evicted at that version.
-                    at.version.validate()?;
-                    if hit {
-                        return Ok(Reached::Row);
+            let leaf_below = n.level() == 1;
+            let pid = n.child(slot);
+            let Some(child) = self.fix_resident(pid, Some(&at.version))? else {
+                // The child is on disk: a point read asks the row cache for a leaf's key first.
+                if let Some(row) = row.as_mut().filter(|_| leaf_below) {
+                    if let Some(evicted) = self.pool.evicted_version(pid) {
+                        let hit = self.pool.row(pid, evicted, key, row.out);
+                        // The id was the child's while its word said evicted at that version.
+                        at.version.validate()?;
+                        if hit {
+                            return Ok(Reached::Row);
+                        }
                     }
                     *row.faulted = true;
-                    self.pool.fault_in(pid)?;
-                    return Err(Abort::Restart);
                 }
-            }
-            let child = self.child(&at, slot, guard)?;
+                self.pool.fault_in(pid)?;
+                return Err(Abort::Restart);
+            };
             parent = Some((at, slot));
             at = child;
         }

@@ -565,6 +565,15 @@ impl Pool {
         let mut rounds = 0;
         let mut waited_since = None;
         loop {
+            // Past two fruitless rounds every resident page is latched or being written: go
+            // over the bound rather than wait for a latch this thread may hold. While a
+            // checkpoint captures, the pages it must write stay resident until it writes them
+            // (then they can go): keep trying for up to `CAPTURE_WAIT` from the first such
+            // round, so that writers follow the checkpoint's progress instead of growing the
+            // pool (bounded: the checkpointer may need a latch this thread holds).
+            let waiting = rounds > 2
+                && self.capture.active.load(Relaxed) != 0
+                && waited_since.get_or_insert_with(std::time::Instant::now).elapsed() < CAPTURE_WAIT;
             {
                 let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(block) = frames.free.pop() {
@@ -579,14 +588,6 @@ impl Pool {
                     return Ok(self.frame_at(block));
                 }
                 let count = self.frame_count.load(Relaxed) as usize;
-                // Past two fruitless rounds every resident page is latched or being written:
-                // go over the bound rather than wait for a latch this thread may hold. While a
-                // checkpoint captures, the pages it must write stay resident until it writes
-                // them (then they can go): keep trying a while longer, so that writers follow
-                // the checkpoint's progress instead of growing the pool (bounded: the
-                // checkpointer may need a latch this thread holds).
-                let waiting = self.capture.active.load(Relaxed) != 0
-                    && waited_since.is_none_or(|since: std::time::Instant| since.elapsed() < CAPTURE_WAIT);
                 if count < self.capacity || rounds > 2 && !waiting {
                     if count >= self.capacity {
                         self.counters.overshoot.fetch_add(1, Relaxed);
@@ -600,8 +601,7 @@ impl Pool {
             self.evictor.poke(self);
             let freed = self.evict_batch(super::evict::SMALL_BATCH)?;
             rounds += 1;
-            if freed == 0 && rounds > 2 && self.capture.active.load(Relaxed) != 0 {
-                waited_since.get_or_insert_with(std::time::Instant::now);
+            if freed == 0 && waiting {
                 std::thread::sleep(CAPTURE_PAUSE);
             }
         }

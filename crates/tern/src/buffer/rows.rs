@@ -168,8 +168,9 @@ impl Rows {
     }
 
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
-        // The low bits pick the table's bucket; the shard comes from the high ones.
-        let shard = &self.shards[(hash >> 58) as usize % self.shards.len()];
+        // The table uses the low bits (bucket) and the top seven (tag byte); the shard comes
+        // from bits in between, so that all of them vary within a shard.
+        let shard = &self.shards[(hash >> 32) as usize % self.shards.len()];
         shard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
