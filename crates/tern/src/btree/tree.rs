@@ -445,9 +445,9 @@ impl BTree {
             let Some(child) = self.fix_resident(pid, Some(&at.version))? else {
                 // The child is on disk: a point read asks the row cache for a leaf's key first.
                 if let Some(row) = row.as_mut().filter(|_| leaf_below) {
-                    if let Some(evicted) = self.pool.evicted_version(pid) {
-                        let hit = self.pool.row(pid, evicted, key, row.out);
-                        // The id was the child's while its word said evicted at that version.
+                    if let Some(image) = self.pool.evicted_image(pid) {
+                        let hit = self.pool.row(pid, image, key, row.out);
+                        // The id was the child's while its image in the file had that generation.
                         at.version.validate()?;
                         if hit {
                             return Ok(Reached::Row);
@@ -523,9 +523,12 @@ impl BTree {
             return Ok(Some(self.read_stored(leaf, slot, out)?));
         }
         let stored = if found { Some(self.read_stored(leaf, slot, out)?) } else { None };
+        // The image's generation, trusted once the read is validated (only an exclusive
+        // holder changes it).
+        let image = if *faulted { self.pool.image(path.at.pid) } else { 0 };
         path.at.version.validate()?;
         if *faulted && matches!(stored, Some(Stored::Plain)) {
-            self.pool.keep_row(path.at.pid, path.at.version.seen(), key, out);
+            self.pool.keep_row(path.at.pid, path.at.version.seen(), image, key, out);
         }
         Ok(stored)
     }

@@ -8,7 +8,7 @@ use super::state::{StateWord, FREEING};
 use crate::sync::counters::{add, Counter};
 use crate::sync::{LatchClass, Restart};
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// An optimistic read of one page: trust what was read only after [`validate`](Self::validate).
 pub(crate) struct PageRef<'p> {
@@ -123,6 +123,11 @@ pub(crate) struct ExclusivePage<'p> {
 
 impl<'p> ExclusivePage<'p> {
     pub(crate) fn new(pool: &'p Pool, pid: u32, page: &'p Page, word: &'p AtomicU64) -> ExclusivePage<'p> {
+        // A clean page's image is about to change: a new generation (a dirty one changed
+        // since it was last clean, and got one then; see `Pool::images`).
+        if word.load(Relaxed) & super::state::DIRTY == 0 {
+            pool.next_image(pid);
+        }
         ExclusivePage { pool, pid, page, word, _not_send: PhantomData }
     }
 

@@ -130,3 +130,65 @@ fn no_operation_is_inside_the_gate_at_a_checkpoints_instant() {
         assert!(seen <= 1);
     });
 }
+
+/// The image generation of the row cache (`Pool::images`): a writer that takes a clean page
+/// raises it under the latch, the page is written back and evicted. A reader that makes an
+/// entry (an optimistic read of a clean page, validated) and a reader that looks one up (the
+/// generation read between two equal loads of an EVICTED word) both get the generation of the
+/// image they saw: the frame's bytes, or the file's.
+#[test]
+fn the_image_generation_always_names_the_image_read() {
+    use crate::sync::primitive::fence;
+    use std::sync::atomic::Ordering::Acquire;
+    let class = class();
+    loom::model(move || {
+        // State word, generation, frame bytes, file bytes: resident, clean, generation 0.
+        let page = Arc::new((
+            AtomicU64::new(u64::from(UNLOCKED) << 56),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+        ));
+        let writer = {
+            let page = page.clone();
+            loom::thread::spawn(move || {
+                let (word_, gen, frame, file) = &*page;
+                let w = word(word_, class);
+                w.lock_exclusive().unwrap();
+                if w.load() & state::DIRTY == 0 {
+                    gen.store(gen.load(Relaxed) + 1, Relaxed);
+                }
+                frame.store(1, Relaxed);
+                w.release(UNLOCKED, true);
+                // Write-back, then eviction.
+                let claimed = w.try_claim_write().expect("dirty and unlatched");
+                file.store(frame.load(Relaxed), Relaxed);
+                assert!(w.finish_write(claimed, true));
+                let seen = w.load();
+                if w.try_mark(seen) && w.try_lock_for_eviction(w.load()) {
+                    w.release(EVICTED, false);
+                }
+            })
+        };
+        let (word_, gen, frame, file) = &*page;
+        let w = word(word_, class);
+        // Making an entry: only from a clean page, with the generation read inside the read.
+        if let Ok(seen) = w.optimistic() {
+            let bytes = frame.load(Relaxed);
+            let g = gen.load(Relaxed);
+            if w.validate(seen) && seen & state::DIRTY == 0 {
+                assert_eq!(bytes, g, "an entry would name another image's generation");
+            }
+        }
+        // Looking one up: the generation of the image in the file.
+        let before = word_.load(Acquire);
+        if state::state(before) == EVICTED {
+            let g = gen.load(Relaxed);
+            fence(Acquire);
+            if word_.load(Relaxed) == before {
+                assert_eq!(file.load(Relaxed), g, "an evicted page's generation is not its file image's");
+            }
+        }
+        writer.join().unwrap();
+    });
+}

@@ -18,6 +18,7 @@
 //! * `capture.rs`: a checkpoint's images of every page at one instant (write gate, copy
 //!   before write).
 //! * `rows.rs`: the row cache, single keys' values from evicted leaves (a share of the cache).
+//! * `sketch.rs`: the row cache's admission filter, a frequency sketch of the keys asked for.
 //! * `stats.rs`: counters, [`BufferStats`].
 //!
 //! Invariants (each file states its own in detail):
@@ -59,6 +60,7 @@ mod meta;
 pub(crate) mod page;
 mod pool;
 mod rows;
+mod sketch;
 pub(crate) mod state;
 mod stats;
 #[cfg(all(test, not(loom)))]

@@ -22,7 +22,9 @@ use crate::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 
 /// Page ids are 32 bits; this one is never handed out (it marks "no page").
@@ -111,6 +113,12 @@ pub struct Pool {
     class: LatchClass,
     pub(crate) table: Segmented<Entry>,
     pub(crate) meta: Segmented<Meta>,
+    /// Per page, its image's generation, for the row cache: raised when an exclusive holder
+    /// takes the page while it is clean (not DIRTY), so a page's contents never change while
+    /// its generation stays what it was at a moment the page was clean. Changed only under
+    /// LOCKED, so a reader that validates the state word read the generation of the image it
+    /// read. Never reset, also not when an id is reused (freeing takes the page exclusively).
+    images: Segmented<AtomicU64>,
     ids: StdMutex<Ids>,
     frames: StdMutex<FrameList>,
     /// Frame index → block, for the clock; `frame_count` entries are set.
@@ -207,6 +215,7 @@ impl Pool {
             class: *PAGE_CLASS,
             table: Segmented::new(),
             meta: Segmented::new(),
+            images: Segmented::new(),
             ids: StdMutex::new(Ids { next: 0, free: BTreeSet::new() }),
             file_pages: AtomicU32::new(0),
             durable_extent: AtomicU32::new(0),
@@ -282,12 +291,35 @@ impl Pool {
         }
     }
 
-    /// The version page `pid` was evicted at, if it is on disk only (`None`: resident, loading,
-    /// or no such page).
+    /// The generation of page `pid`'s image (see `images`), if the page is on disk only
+    /// (`None`: resident, loading, changing, or no such page). Read between two loads of the
+    /// state word that agree, so it is the generation of the image in the file.
     #[inline]
-    pub(crate) fn evicted_version(&self, pid: u32) -> Option<u64> {
-        let w = self.state_word(self.table.get(pid)?).load();
-        (state::state(w) == EVICTED).then_some(state::version(w))
+    pub(crate) fn evicted_image(&self, pid: u32) -> Option<u64> {
+        let entry = self.table.get(pid)?;
+        let before = entry.word.load(Acquire);
+        if state::state(before) != EVICTED {
+            return None;
+        }
+        let image = self.image(pid);
+        fence(Acquire);
+        (entry.word.load(Relaxed) == before).then_some(image)
+    }
+
+    /// The generation of page `pid`'s image; trusted only once a read of the page (or of its
+    /// state word) that began before this load is validated.
+    #[inline]
+    pub(crate) fn image(&self, pid: u32) -> u64 {
+        self.images.get(pid).map_or(0, |g| g.load(Relaxed))
+    }
+
+    /// Called by a new exclusive holder of clean page `pid`: its image is about to change.
+    #[inline]
+    pub(crate) fn next_image(&self, pid: u32) {
+        let g = self.images.ensure(pid);
+        // Only the exclusive holder writes it: no read-modify-write needed. The release of the
+        // latch (a version bump) publishes it.
+        g.store(g.load(Relaxed) + 1, Relaxed);
     }
 
     /// Whether reads consult and feed the row cache.
@@ -296,18 +328,19 @@ impl Pool {
         self.rows.enabled()
     }
 
-    /// Appends `key`'s value to `out` if the row cache holds it for page `pid` evicted at
-    /// version `evicted` (`rows.rs`).
-    pub(crate) fn row(&self, pid: u32, evicted: u64, key: &[u8], out: &mut Vec<u8>) -> bool {
-        self.rows.get(pid, evicted, key, out)
+    /// Appends `key`'s value to `out` if the row cache holds it for page `pid` whose image in
+    /// the file has generation `image` (`rows.rs`).
+    pub(crate) fn row(&self, pid: u32, image: u64, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.rows.get(pid, image, key, out)
     }
 
-    /// Keeps `key`'s plain `value`, read from page `pid` and validated at state word `seen`,
-    /// in the row cache, if every frame is in use (a pool that still has room for the data
-    /// needs no row cache).
-    pub(crate) fn keep_row(&self, pid: u32, seen: u64, key: &[u8], value: &[u8]) {
-        if self.frame_count.load(Relaxed) as usize >= self.capacity {
-            self.rows.insert(pid, state::version(seen), key, value);
+    /// Keeps `key`'s plain `value`, read from page `pid` while its state word was `seen` and
+    /// its image's generation `image` (both validated), in the row cache, if the page was
+    /// clean (its image is the file's) and every frame is in use (a pool that still has room
+    /// for the data needs no row cache).
+    pub(crate) fn keep_row(&self, pid: u32, seen: u64, image: u64, key: &[u8], value: &[u8]) {
+        if seen & DIRTY == 0 && self.frame_count.load(Relaxed) as usize >= self.capacity {
+            self.rows.insert(pid, image, key, value);
         }
     }
 

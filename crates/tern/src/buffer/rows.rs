@@ -9,23 +9,31 @@
 //! full.
 //!
 //! Invariants:
-//! * An entry `(pid, key) → (tag, value)` records that page `pid`'s image, at a moment its
-//!   state word carried version `tag` in a readable state, stored `key` with the plain value
-//!   `value` (read optimistically and validated at `tag`).
-//! * It is returned only for page `pid` **evicted at version `tag + 1`**. Every change of a
-//!   page ends with a version bump and eviction is one bump (`state.rs`), so `tag + 1` means
-//!   the eviction was the only step since the read: the image on disk is the image read, and
-//!   the value is the key's plain value in it. A page resident, loaded again, changed, freed or
-//!   reused under the id has another version, and its entries are stale: never returned,
-//!   dropped when found (if older than the image), and otherwise gone with the clock.
+//! * An entry `(pid, key) → (tag, value)` records that page `pid`, clean (the file's image)
+//!   with image generation `tag`, stored `key` with the plain value `value` (read
+//!   optimistically and validated). A page's image generation (`Pool::image`) grows when an
+//!   exclusive holder takes it clean, so its contents never differ from a clean image of the
+//!   same generation; nothing else changes a page (a fault-in reads back what eviction left).
+//! * It is returned only for page `pid` **on disk with image generation `tag`**: then the image
+//!   in the file is the image read, whatever loads and evictions came between (an unchanged
+//!   leaf that comes back and goes again keeps its entries). A page changed, freed or reused
+//!   under the id has a larger generation, and its entries are stale: never returned, dropped
+//!   when found, and otherwise gone with the clock.
 //! * The cache owns at most its byte budget (keys, values and [`ENTRY_OVERHEAD`] per entry);
 //!   inserting evicts with a second-chance clock per shard. Lookups and inserts take one
 //!   shard's mutex; the cache is consulted only on a leaf miss, never on the in-memory path.
+//! * Admission (TinyLFU, `sketch.rs`): every lookup counts its key in the shard's frequency
+//!   sketch. Once the shard is full, a new entry replaces the clock's victim only if its key
+//!   was asked for more often lately than the victim's; otherwise it is not kept. Reads of
+//!   cold keys (most misses, when the data is many times the cache) would otherwise push out
+//!   the warm keys the cache is for before they are asked for again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
+
+use super::sketch::Sketch;
 
 /// Bytes an entry costs beyond its key and value (slot, table entry, allocation).
 pub(crate) const ENTRY_OVERHEAD: usize = 80;
@@ -33,6 +41,9 @@ pub(crate) const ENTRY_OVERHEAD: usize = 80;
 const SHARDS: usize = 64;
 /// Values longer than this are not kept (a few entries would crowd out many).
 pub(crate) const MAX_ROW_VALUE: usize = 1024;
+/// The entry size the frequency sketch is sized for (key, value and overhead): small rows, so
+/// that it has a counter per row for most tables.
+const SKETCH_ENTRY_BYTES: usize = ENTRY_OVERHEAD + 64;
 
 /// A hasher for keys that are already hashes.
 #[derive(Default)]
@@ -70,13 +81,14 @@ impl Slot {
     }
 }
 
-#[derive(Default)]
 struct Shard {
     index: HashMap<u64, u32, BuildHasherDefault<Identity>>,
     slots: Vec<Option<Slot>>,
     vacant: Vec<u32>,
     hand: usize,
     bytes: usize,
+    /// How often each key was asked for lately (the admission filter).
+    sketch: Sketch,
 }
 
 impl Shard {
@@ -88,25 +100,31 @@ impl Shard {
         }
     }
 
-    /// Frees room for `need` bytes within `budget`: a second-chance clock over the slots.
-    fn make_room(&mut self, need: usize, budget: usize) -> u64 {
+    /// Frees room for `need` bytes within `budget` for an entry whose key has frequency
+    /// `wanted`: a second-chance clock over the slots, whose victim goes only if its key was
+    /// asked for less often than `wanted`. Returns the entries evicted, or `None` if a victim
+    /// was worth more (nothing more is evicted, and the new entry is not kept).
+    fn make_room(&mut self, need: usize, budget: usize, wanted: u8) -> Option<u64> {
         let mut evicted = 0;
         // Two full turns clear every reference bit and evict what is left, so this ends.
         let mut steps = 2 * self.slots.len() + 1;
         while self.bytes + need > budget && steps > 0 && !self.slots.is_empty() {
             steps -= 1;
             let at = self.hand % self.slots.len();
-            self.hand = at + 1;
             match &mut self.slots[at] {
                 Some(slot) if slot.referenced => slot.referenced = false,
-                Some(_) => {
+                Some(slot) => {
+                    if self.sketch.estimate(slot.hash) >= wanted {
+                        return None; // the hand stays: the victim faces the next newcomer
+                    }
                     self.remove(at as u32);
                     evicted += 1;
                 }
                 None => {}
             }
+            self.hand = at + 1;
         }
-        evicted
+        Some(evicted)
     }
 }
 
@@ -118,6 +136,7 @@ struct Counters {
     stale: AtomicU64,
     inserts: AtomicU64,
     evictions: AtomicU64,
+    rejected: AtomicU64,
 }
 
 /// The row cache of one pool (see the module doc).
@@ -139,6 +158,7 @@ pub(crate) struct RowFigures {
     pub stale: u64,
     pub inserts: u64,
     pub evictions: u64,
+    pub rejected: u64,
 }
 
 impl Rows {
@@ -146,9 +166,20 @@ impl Rows {
     pub(crate) fn new(budget: u64) -> Rows {
         let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let shards = if budget == 0 { 0 } else { SHARDS };
+        // The sketch comes out of the budget (about 4 bytes per entry it is sized for).
+        let entries = budget / SHARDS / SKETCH_ENTRY_BYTES;
+        let shard_budget = (budget / SHARDS).saturating_sub(Sketch::bytes(entries));
+        let shard = || Shard {
+            index: HashMap::default(),
+            slots: Vec::new(),
+            vacant: Vec::new(),
+            hand: 0,
+            bytes: 0,
+            sketch: Sketch::new(entries),
+        };
         Rows {
-            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
-            shard_budget: budget / SHARDS,
+            shards: (0..shards).map(|_| Mutex::new(shard())).collect(),
+            shard_budget,
             hasher: RandomState::new(),
             counters: Counters::default(),
         }
@@ -175,13 +206,14 @@ impl Rows {
     }
 
     /// Appends `key`'s value in page `pid` to `out` if an entry holds it for the page's image
-    /// evicted at version `evicted` (see the module doc); false otherwise.
-    pub(crate) fn get(&self, pid: u32, evicted: u64, key: &[u8], out: &mut Vec<u8>) -> bool {
+    /// of generation `image`, the one in the file (see the module doc); false otherwise.
+    pub(crate) fn get(&self, pid: u32, image: u64, key: &[u8], out: &mut Vec<u8>) -> bool {
         if !self.enabled() {
             return false;
         }
         let hash = self.hash(pid, key);
         let mut shard = self.shard(hash);
+        shard.sketch.add(hash);
         let Some(&at) = shard.index.get(&hash) else {
             self.counters.misses.fetch_add(1, Relaxed);
             return false;
@@ -191,15 +223,14 @@ impl Rows {
             self.counters.misses.fetch_add(1, Relaxed);
             return false;
         }
-        let fits = slot.tag.wrapping_add(1);
-        if fits != evicted {
-            if evicted > fits {
+        if slot.tag != image {
+            if image > slot.tag {
                 // Made from an image older than the page's: it can never serve again.
                 shard.remove(at);
                 self.counters.stale.fetch_add(1, Relaxed);
             } else {
-                // Newer than the version the caller saw (the page came back and went since):
-                // it may serve the next reader.
+                // Newer than the generation the caller saw (the page changed since): it may
+                // serve the next reader.
                 self.counters.misses.fetch_add(1, Relaxed);
             }
             return false;
@@ -210,7 +241,7 @@ impl Rows {
         true
     }
 
-    /// Records that page `pid`'s image at version `tag` stores `key` with the plain value
+    /// Records that page `pid`'s image of generation `tag` stores `key` with the plain value
     /// `value` (replacing any entry for the key in that page). Values longer than
     /// [`MAX_ROW_VALUE`] are not kept.
     pub(crate) fn insert(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) {
@@ -226,7 +257,11 @@ impl Rows {
         if let Some(&at) = shard.index.get(&hash) {
             shard.remove(at);
         }
-        let evicted = shard.make_room(cost, self.shard_budget);
+        let wanted = shard.sketch.estimate(hash);
+        let Some(evicted) = shard.make_room(cost, self.shard_budget, wanted) else {
+            self.counters.rejected.fetch_add(1, Relaxed);
+            return;
+        };
         if evicted > 0 {
             self.counters.evictions.fetch_add(evicted, Relaxed);
         }
@@ -270,6 +305,7 @@ impl Rows {
             stale: c.stale.load(Relaxed),
             inserts: c.inserts.load(Relaxed),
             evictions: c.evictions.load(Relaxed),
+            rejected: c.rejected.load(Relaxed),
         }
     }
 }
@@ -279,20 +315,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_serves_only_the_image_evicted_right_after_its_read() {
+    fn an_entry_serves_only_the_image_it_was_read_from() {
         let rows = Rows::new(1 << 20);
         rows.insert(7, 40, b"k", b"v1");
         let mut out = Vec::new();
-        assert!(!rows.get(7, 40, b"k", &mut out), "a reader that saw an older image");
-        assert!(!rows.get(8, 41, b"k", &mut out), "another page");
-        assert!(!rows.get(7, 41, b"j", &mut out), "another key");
-        assert!(rows.get(7, 41, b"k", &mut out));
-        assert_eq!(out, b"v1");
-        // Evicted again at a later version: the image may differ; the entry goes.
-        assert!(!rows.get(7, 43, b"k", &mut out));
-        assert!(!rows.get(7, 41, b"k", &mut out), "a stale entry is dropped when found");
+        assert!(!rows.get(7, 39, b"k", &mut out), "an older image in the file");
+        assert!(!rows.get(8, 40, b"k", &mut out), "another page");
+        assert!(!rows.get(7, 40, b"j", &mut out), "another key");
+        assert!(rows.get(7, 40, b"k", &mut out));
+        assert!(rows.get(7, 40, b"k", &mut out), "as long as the image is the same");
+        assert_eq!(out, b"v1v1");
+        // The page changed since: the entry goes.
+        assert!(!rows.get(7, 41, b"k", &mut out));
+        assert!(!rows.get(7, 40, b"k", &mut out), "a stale entry is dropped when found");
         let f = rows.figures();
-        assert_eq!((f.hits, f.stale, f.inserts, f.entries, f.bytes), (1, 1, 1, 0, 0));
+        assert_eq!((f.hits, f.stale, f.inserts, f.entries, f.bytes), (2, 1, 1, 0, 0));
     }
 
     #[test]
@@ -301,10 +338,12 @@ mod tests {
         let rows = Rows::new((SHARDS * per * 10) as u64);
         let value = [7u8; 100];
         for i in 0u64..20_000 {
+            // A lookup first, as the tree's reads do (it counts the key for admission).
+            rows.get(1, 0, &i.to_be_bytes(), &mut Vec::new());
             rows.insert(1, 0, &i.to_be_bytes(), &value);
             // Key 0 is read after every insert: it is always referenced when the clock comes.
             let mut out = Vec::new();
-            assert!(rows.get(1, 1, &0u64.to_be_bytes(), &mut out), "after {i} inserts");
+            assert!(rows.get(1, 0, &0u64.to_be_bytes(), &mut out), "after {i} inserts");
         }
         let f = rows.figures();
         assert!(f.bytes <= f.capacity_bytes, "{f:?}");
@@ -313,10 +352,38 @@ mod tests {
     }
 
     #[test]
+    fn keys_asked_for_often_are_kept_against_a_stream_of_one_off_keys() {
+        let per = 8 + 100 + ENTRY_OVERHEAD;
+        let rows = Rows::new((SHARDS * per * 40) as u64);
+        let value = [7u8; 100];
+        let read = |key: u64| {
+            let mut out = Vec::new();
+            if !rows.get(1, 0, &key.to_be_bytes(), &mut out) {
+                rows.insert(1, 0, &key.to_be_bytes(), &value);
+            }
+        };
+        // 512 warm keys, each asked for every 16 reads of a stream of keys never seen again.
+        for i in 0u64..200_000 {
+            if i % 16 == 0 {
+                read((i / 16) % 512);
+            } else {
+                read(1_000_000 + i);
+            }
+        }
+        let f = rows.figures();
+        let kept = (0u64..512).filter(|k| rows.get(1, 0, &k.to_be_bytes(), &mut Vec::new())).count();
+        // The cache holds about 40 entries a shard, 2,560 in all: without the filter the
+        // one-off keys (15 in 16 reads) would leave few warm ones.
+        assert!(kept >= 400, "{kept} of 512 warm keys kept: {f:?}");
+        assert!(f.rejected > 100_000, "{f:?}");
+        assert!(f.bytes <= f.capacity_bytes, "{f:?}");
+    }
+
+    #[test]
     fn a_disabled_cache_keeps_nothing() {
         let rows = Rows::new(0);
         rows.insert(1, 0, b"k", b"v");
-        assert!(!rows.get(1, 1, b"k", &mut Vec::new()));
+        assert!(!rows.get(1, 0, b"k", &mut Vec::new()));
         assert_eq!(rows.figures().entries, 0);
         let big = Rows::new(1 << 20);
         big.insert(1, 0, b"k", &vec![0; MAX_ROW_VALUE + 1]);

@@ -118,6 +118,7 @@ impl Counters {
             row_stale: rows.stale,
             row_inserts: rows.inserts,
             row_evictions: rows.evictions,
+            row_rejected: rows.rejected,
         }
     }
 }
@@ -176,13 +177,16 @@ pub struct BufferStats {
     pub row_hits: u64,
     /// Point reads of a key in an evicted leaf that found no entry for it.
     pub row_misses: u64,
-    /// Point reads that found an entry made from another image of the leaf (it changed or
-    /// came back since): dropped, the leaf read instead.
+    /// Point reads that found an entry made from an older image of the leaf (it changed
+    /// since): dropped, the leaf read instead.
     pub row_stale: u64,
     /// Entries made.
     pub row_inserts: u64,
     /// Entries dropped to make room.
     pub row_evictions: u64,
+    /// Entries not made because the row cache was full and its key had been asked for less
+    /// often lately than the entry it would have replaced (the admission filter).
+    pub row_rejected: u64,
 }
 
 #[cfg(test)]
