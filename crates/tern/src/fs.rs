@@ -42,6 +42,9 @@ pub trait FsFile: Send + Debug {
         let _ = len;
         Ok(None)
     }
+    /// Tells the kernel the file will not be read again soon, so that its clean pages leave
+    /// the page cache (a hint, for a finished log file; the default does nothing).
+    fn wont_need(&mut self) {}
 }
 
 /// A file's first bytes mapped into memory, shared with the file (`MAP_SHARED`): bytes stored
@@ -220,6 +223,9 @@ pub trait RandomFile: Send + Sync + Debug {
     fn sync(&self) -> io::Result<()>;
     /// Tells the kernel `len` bytes at `offset` will be read soon (read-ahead; a hint).
     fn will_need(&self, offset: u64, len: u64);
+    /// Tells the kernel `len` bytes at `offset` will not be read again soon, so that their
+    /// clean pages leave the page cache (a hint; dirty ones are written back first).
+    fn wont_need(&self, offset: u64, len: u64);
 }
 
 /// The file operations tern needs.
@@ -318,15 +324,28 @@ impl RandomFile for StdRandomFile {
 
     fn will_need(&self, offset: u64, len: u64) {
         #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
-            // SAFETY: advice about a range of a file this handle owns; no memory is involved.
-            unsafe { libc::posix_fadvise(self.0.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
-        }
+        advise(&self.0, offset, len, libc::POSIX_FADV_WILLNEED);
         #[cfg(not(target_os = "linux"))]
         let _ = (offset, len);
     }
+
+    fn wont_need(&self, offset: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        advise(&self.0, offset, len, libc::POSIX_FADV_DONTNEED);
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
+    }
+}
+
+/// `posix_fadvise` on `len` bytes of `file` at `offset` (`len` 0: to the end); a hint, so a
+/// failure is ignored.
+#[cfg(target_os = "linux")]
+fn advise(file: &std::fs::File, offset: u64, len: u64, advice: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
+    // SAFETY: advice about a range of a file this handle owns and keeps open for the call; no
+    // memory is involved.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, advice) };
 }
 
 impl FsFile for StdFile {
@@ -349,6 +368,11 @@ impl FsFile for StdFile {
 
     fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
         map_file(&self.0, len)
+    }
+
+    fn wont_need(&mut self) {
+        #[cfg(target_os = "linux")]
+        advise(&self.0, 0, 0, libc::POSIX_FADV_DONTNEED);
     }
 }
 
@@ -588,9 +612,17 @@ impl RandomFile for FaultRandomFile {
     fn will_need(&self, offset: u64, len: u64) {
         self.inner.will_need(offset, len);
     }
+
+    fn wont_need(&self, offset: u64, len: u64) {
+        self.inner.wont_need(offset, len);
+    }
 }
 
 impl FsFile for FaultFile {
+    fn wont_need(&mut self) {
+        self.inner.wont_need();
+    }
+
     fn map(&mut self, len: u64) -> io::Result<Option<Mapping>> {
         if !self.faults.map_logs.load(Relaxed) {
             return Ok(None);

@@ -112,6 +112,9 @@ impl PageFile {
             what: format!("writing page {pid} of {} at offset {offset}", self.name()),
             source,
         })?;
+        // The other slot now holds an older image, which a fault-in never reads (a backup or a
+        // recovery may): its block need not stay in the page cache beside the current one.
+        self.file.wont_need(self.offset(pid, 1 - slot), self.page_size as u64);
         Ok(crc32c::crc32c(image))
     }
 

@@ -583,7 +583,10 @@ impl Wal {
     /// everything before `start` in it, synced, its end cut).
     fn open_next(&self, io: &mut Io, start: u64) -> Result<()> {
         let seq = io.seq + 1;
-        io.file = new_file(&*self.fs, &self.dir, seq, start)?;
+        let next = new_file(&*self.fs, &self.dir, seq, start)?;
+        // The finished file is read again only by a recovery or a backup: its pages need not
+        // crowd the page cache (under a memory limit they would push out the page file's).
+        std::mem::replace(&mut io.file, next).wont_need();
         io.seq = seq;
         io.file_bytes = HEADER as u64;
         io.allocated = HEADER as u64;
