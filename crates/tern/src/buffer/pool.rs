@@ -118,6 +118,7 @@ pub struct Pool {
     /// its generation stays what it was at a moment the page was clean. Changed only under
     /// LOCKED, so a reader that validates the state word read the generation of the image it
     /// read. Never reset, also not when an id is reused (freeing takes the page exclusively).
+    /// Kept only with a row cache (writers of a pool without one skip it).
     images: Segmented<AtomicU64>,
     ids: StdMutex<Ids>,
     frames: StdMutex<FrameList>,
@@ -316,6 +317,9 @@ impl Pool {
     /// Called by a new exclusive holder of clean page `pid`: its image is about to change.
     #[inline]
     pub(crate) fn next_image(&self, pid: u32) {
+        if !self.has_rows() {
+            return; // only the row cache reads generations
+        }
         let g = self.images.ensure(pid);
         // Only the exclusive holder writes it: no read-modify-write needed. The release of the
         // latch (a version bump) publishes it.

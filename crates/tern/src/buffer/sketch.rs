@@ -19,6 +19,11 @@ const MAX: u8 = 15;
 /// Odd multipliers that make the rows' indexes independent enough.
 const SEEDS: [u64; ROWS] = [0x9E37_79B9_7F4A_7C15, 0xC2B2_AE3D_27D4_EB4F, 0x1656_67B1_9E37_79F9, 0x85EB_CA77_C2B2_AE63];
 
+/// Counters per row for a cache of about `entries` items: a power of two, at least 16.
+fn width(entries: usize) -> usize {
+    entries.clamp(16, 1 << 28).next_power_of_two()
+}
+
 /// A count-min sketch with periodic halving (see the module doc).
 pub(crate) struct Sketch {
     counters: Box<[u8]>,
@@ -33,13 +38,13 @@ impl Sketch {
     /// A sketch for a cache of about `entries` items: `entries` counters per row rounded up
     /// to a power of two (at least 16), halved every ten times that many additions.
     pub(crate) fn new(entries: usize) -> Sketch {
-        let width = entries.clamp(16, 1 << 28).next_power_of_two();
+        let width = width(entries);
         Sketch { counters: vec![0; ROWS * width].into_boxed_slice(), mask: width - 1, additions: 0, sample: 10 * width }
     }
 
-    /// Bytes the sketch holds.
+    /// Bytes the sketch for about `entries` items holds.
     pub(crate) fn bytes(entries: usize) -> usize {
-        ROWS * entries.clamp(16, 1 << 28).next_power_of_two()
+        ROWS * width(entries)
     }
 
     #[inline]
