@@ -613,6 +613,61 @@ fn the_row_cache_answers_reads_of_evicted_leaves_and_never_a_stale_value() {
     t.check().unwrap();
 }
 
+/// A point read of a resident leaf the clock has marked leaves its key in the row cache
+/// instead of giving the leaf its second chance (when the leaf is clean and the row cache
+/// takes the key): the clock's next visit evicts the leaf, and the key is then read without
+/// I/O. A changed (dirty) leaf, or a key the row cache turns down, gets the second chance.
+#[test]
+#[cfg(not(loom))]
+fn a_read_of_a_marked_leaf_moves_its_key_to_the_row_cache_and_lets_the_leaf_go() {
+    let (_dir, t) = evicting_tree_with_rows(SHAPES[3], 4096, 256 << 10);
+    let pool = t.pool().clone();
+    // This thread alone changes the pool (it evicts for itself).
+    pool.stop_evictor();
+    let key = |i: u32| format!("mark/{i:06}").into_bytes();
+    let value = |i: u32| format!("value of {i}, long enough to fill leaves").into_bytes();
+    for i in 0..20_000u32 {
+        t.upsert(&key(i), &value(i)).unwrap();
+    }
+    pool.flush().unwrap();
+    let leaf_of = |k: &[u8]| {
+        let guard = crossbeam_epoch::pin();
+        match t.descend(k, 0, false, &guard) {
+            Ok(path) => path.at.pid,
+            Err(_) => panic!("no one else changes the tree"),
+        }
+    };
+    for i in (0..20_000u32).step_by(1999) {
+        // Bring the leaf in and mark it, as the clock's first pass would.
+        assert_eq!(t.get(&key(i)).unwrap(), Some(value(i)));
+        let pid = leaf_of(&key(i));
+        assert!(pool.mark(pid), "key {i}");
+        let before = pool.stats();
+        assert_eq!(t.get(&key(i)).unwrap(), Some(value(i)));
+        let after = pool.stats();
+        assert_eq!(after.reads, before.reads, "key {i}: the leaf was resident");
+        assert_eq!(after.row_promotions, before.row_promotions + 1, "key {i}: {after:?}");
+        assert!(pool.is_marked(pid), "key {i}: the read left the leaf its mark");
+        assert!(pool.evict_if_marked(pid), "key {i}: the clock's next visit evicts the leaf");
+        assert_eq!(t.get(&key(i)).unwrap(), Some(value(i)));
+        let s = pool.stats();
+        assert_eq!(s.reads, after.reads, "key {i} was read from the row cache, not the file");
+        assert_eq!(s.row_hits, after.row_hits + 1, "{s:?}");
+    }
+    // A changed (dirty) leaf gets its second chance, and none of its keys is promoted.
+    for i in (7..20_000u32).step_by(1777) {
+        let k = key(i);
+        t.upsert(&k, b"changed").unwrap();
+        let pid = leaf_of(&k);
+        assert!(pool.is_dirty(pid) && pool.mark(pid), "key {i}");
+        let before = pool.stats();
+        assert_eq!(t.get(&k).unwrap().as_deref(), Some(&b"changed"[..]));
+        assert_eq!(pool.stats().row_promotions, before.row_promotions, "key {i}");
+        assert!(!pool.is_marked(pid), "key {i}: a read of a dirty marked leaf unmarks it");
+    }
+    t.check().unwrap();
+}
+
 /// Readers of a few hot keys, in a pool of the fewest frames with a row cache, while writers
 /// raise each key's counter: no reader ever sees a key's counter go back (a stale row would).
 #[test]

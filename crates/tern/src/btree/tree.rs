@@ -376,7 +376,19 @@ impl BTree {
     /// so the id was real).
     #[inline]
     fn fix_resident<'g>(&'g self, pid: u32, parent: Option<&PageRef<'_>>) -> Result<Option<Visit<'g>>, Abort> {
-        let visit = match self.pool.optimistic(pid) {
+        self.fix_resident_as(pid, parent, false)
+    }
+
+    /// [`fix_resident`](Self::fix_resident); with `keep_mark`, a page the clock marked stays
+    /// marked ([`Pool::optimistic_as`]).
+    #[inline]
+    fn fix_resident_as<'g>(
+        &'g self,
+        pid: u32,
+        parent: Option<&PageRef<'_>>,
+        keep_mark: bool,
+    ) -> Result<Option<Visit<'g>>, Abort> {
+        let visit = match self.pool.optimistic_as(pid, keep_mark) {
             Ok(version) => {
                 if self.prefetch_depth() > 0 {
                     NodeRef::new(version.page()).prefetch_header();
@@ -442,7 +454,9 @@ impl BTree {
             let slot = n.search(key, !before, layout, pf);
             let leaf_below = n.level() == 1;
             let pid = n.child(slot);
-            let Some(child) = self.fix_resident(pid, Some(&at.version))? else {
+            // A point read leaves a leaf's clock mark to `try_get` (it may promote the key).
+            let keep_mark = leaf_below && row.is_some();
+            let Some(child) = self.fix_resident_as(pid, Some(&at.version), keep_mark)? else {
                 // The child is on disk: a point read asks the row cache for a leaf's key first.
                 if let Some(row) = row.as_mut().filter(|_| leaf_below) {
                     if let Some(image) = self.pool.evicted_image(pid) {
@@ -523,12 +537,21 @@ impl BTree {
             return Ok(Some(self.read_stored(leaf, slot, out)?));
         }
         let stored = if found { Some(self.read_stored(leaf, slot, out)?) } else { None };
+        // A leaf the clock marked: the key may go to the row cache instead of the leaf
+        // getting its second chance (a leaf kept for one hot key costs a page per key).
+        let marked = path.at.version.marked();
         // The image's generation, trusted once the read is validated (only an exclusive
         // holder changes it).
-        let image = if *faulted { self.pool.image(path.at.pid) } else { 0 };
+        let image = if *faulted || marked { self.pool.image(path.at.pid) } else { 0 };
         path.at.version.validate()?;
-        if *faulted && matches!(stored, Some(Stored::Plain)) {
+        let plain = matches!(stored, Some(Stored::Plain));
+        if *faulted && plain {
             self.pool.keep_row(path.at.pid, path.at.version.seen(), image, key, out);
+        }
+        if marked
+            && !(plain && !*faulted && self.pool.promote_row(path.at.pid, path.at.version.seen(), image, key, out))
+        {
+            path.at.version.unmark();
         }
         Ok(stored)
     }

@@ -3,9 +3,11 @@
 //!
 //! Invariants:
 //! * The clock visits frames in index order. An UNLOCKED page is MARKED (inner nodes only on
-//!   every [`INNER_PASSES`]th visit: a descent needs them all); any access clears the mark. A
-//!   page still MARKED at the next visit is evicted if clean, or queued for write-back if
-//!   dirty; pages latched, loading or being written are skipped.
+//!   every [`INNER_PASSES`]th visit: a descent needs them all); an access clears the mark,
+//!   except a point read of a clean leaf whose key the row cache takes instead (the key stays
+//!   cached, the leaf may go: `rows.rs`). A page still MARKED at the next visit is evicted if
+//!   clean, or queued for write-back if dirty; pages latched, loading or being written are
+//!   skipped.
 //! * Write-back copies the page under an optimistic read (writers are not blocked during the
 //!   I/O), writes the copy, and clears DIRTY only if the version did not move meanwhile.
 //! * The background evictor wakes when free frames fall below the low watermark and evicts
@@ -236,6 +238,42 @@ impl Pool {
             }
         }
         Ok(())
+    }
+
+    /// The clock's first pass over page `pid` alone: marks it if resident and unlatched
+    /// (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn mark(&self, pid: u32) -> bool {
+        let word = self.state_word(self.table.get(pid).expect("a page of the pool"));
+        word.try_mark(word.load())
+    }
+
+    /// Whether page `pid` is resident and MARKED (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn is_marked(&self, pid: u32) -> bool {
+        state::state(self.state_word(self.table.get(pid).expect("a page of the pool")).load()) == MARKED
+    }
+
+    /// Stops the background evictor: application threads evict for themselves from now on,
+    /// so a test's own thread is the only one that changes the pool (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn stop_evictor(&self) {
+        self.evictor.stop();
+    }
+
+    /// Whether page `pid` is resident and DIRTY (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn is_dirty(&self, pid: u32) -> bool {
+        let w = self.state_word(self.table.get(pid).expect("a page of the pool")).load();
+        state::readable(w) && w & DIRTY != 0
+    }
+
+    /// The clock's second pass over page `pid` alone: evicts it if still MARKED and clean
+    /// (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn evict_if_marked(&self, pid: u32) -> bool {
+        let w = self.state_word(self.table.get(pid).expect("a page of the pool")).load();
+        self.evict(pid, w)
     }
 
     /// Writes back every dirty page (tests).

@@ -44,6 +44,20 @@ impl<'p> PageRef<'p> {
         self.pool.state_word_of(self.word)
     }
 
+    /// Whether the clock had marked the page when the read began (and the read left the mark:
+    /// [`Pool::optimistic_as`]).
+    #[inline]
+    pub(crate) fn marked(&self) -> bool {
+        super::state::state(self.seen) == super::state::MARKED
+    }
+
+    /// Gives the page the second chance an access gives (clears the clock's mark, if still
+    /// there).
+    #[inline]
+    pub(crate) fn unmark(&self) {
+        self.state().unmark(self.seen);
+    }
+
     /// `Ok` iff nothing changed the page (or moved it) since the read began.
     #[inline]
     pub(crate) fn validate(&self) -> Result<(), Restart> {

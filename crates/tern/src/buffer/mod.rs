@@ -26,7 +26,8 @@
 //!    LOADING, EVICTED. Its frame address is meaningful only while resident, and changes only
 //!    while the page is LOCKED or LOADING, before the version bump that ends that state.
 //! 2. A fix on the optimistic path reads the state word and the frame address and writes
-//!    nothing (unless it finds the clock's mark, which it clears). Validation compares
+//!    nothing (unless it finds the clock's mark, which it clears, or leaves for a point read
+//!    that moves its key to the row cache instead of keeping the leaf: `rows.rs`). Validation compares
 //!    versions, so an eviction, a load, a free or a write in between is always detected.
 //! 3. Frames are never unmapped while the pool lives, so a stale frame address is memory-safe
 //!    to read; what is read from it is discarded by the failed validation.

@@ -278,9 +278,18 @@ impl Pool {
     /// stale id) or it changed under the caller.
     #[inline]
     pub(crate) fn optimistic(&self, pid: u32) -> std::result::Result<PageRef<'_>, Miss> {
+        self.optimistic_as(pid, false)
+    }
+
+    /// [`optimistic`](Self::optimistic); with `keep_mark`, a page the clock marked stays marked
+    /// (the caller unmarks it, [`PageRef::unmark`], unless the read's key went to the row cache
+    /// instead).
+    #[inline]
+    pub(crate) fn optimistic_as(&self, pid: u32, keep_mark: bool) -> std::result::Result<PageRef<'_>, Miss> {
         let entry = self.table.get(pid).ok_or(Miss::Restart)?;
         let word = self.state_word(entry);
-        match word.optimistic() {
+        let seen = if keep_mark { word.optimistic_keeping_mark() } else { word.optimistic() };
+        match seen {
             Ok(seen) => {
                 let frame = self.frame_of(entry).ok_or(Miss::Restart)?;
                 // One fix per optimistic visit, however often its reads are validated.
@@ -346,6 +355,17 @@ impl Pool {
         if seen & DIRTY == 0 && self.frame_count.load(Relaxed) as usize >= self.capacity {
             self.rows.insert(pid, image, key, value);
         }
+    }
+
+    /// Keeps `key`'s plain `value`, read from page `pid` while the clock had it marked for
+    /// eviction (state word `seen`, image generation `image`, both validated), in the row
+    /// cache instead of giving the page its second chance: true if the row cache holds it now
+    /// (the page keeps its mark); false if it did not take it (the caller unmarks the page).
+    /// Only clean pages of a full pool qualify, as for [`keep_row`](Self::keep_row).
+    pub(crate) fn promote_row(&self, pid: u32, seen: u64, image: u64, key: &[u8], value: &[u8]) -> bool {
+        seen & DIRTY == 0
+            && self.frame_count.load(Relaxed) as usize >= self.capacity
+            && self.rows.promote(pid, image, key, value)
     }
 
     /// Page `pid` in shared mode, faulted in if needed; `None` if no page has that id (a

@@ -1,12 +1,19 @@
-//! The row cache: single keys' values read from leaves that had to be faulted in, kept so that
-//! a point read of a hot key whose leaf was evicted again needs no I/O.
+//! The row cache: single keys' values read from leaves that had to be faulted in or that the
+//! clock was about to evict, kept so that a point read of a hot key whose leaf was evicted
+//! needs no I/O.
 //!
 //! When the data is several times the pool, a leaf holds one hot key among many cold ones, and
 //! a pool of whole pages spends most of its memory on the cold ones (with scrambled zipfian
 //! reads over 10M records a pool of 11% of the leaves misses 37% of the reads; the same memory
 //! split half pages, half rows misses 21%). The row cache holds what such reads come for, and
-//! nothing else: an entry is made only by a read that faulted its leaf in while the pool was
-//! full.
+//! nothing else. An entry is made only while the pool is full, by a point read that
+//! * faulted its leaf in, or
+//! * found its leaf resident but marked by the clock (not touched since the clock's last
+//!   pass): the key is **promoted**, and the leaf keeps its mark instead of getting a second
+//!   chance, so the clock's next visit evicts it unless another access wants it. A leaf kept
+//!   for one hot key costs a page per key; an entry costs the key and value. If the cache
+//!   does not take the key (admission, below) or the leaf is dirty, the read unmarks the leaf
+//!   as any access does.
 //!
 //! Invariants:
 //! * An entry `(pid, key) → (tag, value)` records that page `pid`, clean (the file's image)
@@ -21,9 +28,10 @@
 //!   when found, and otherwise gone with the clock.
 //! * The cache owns at most its byte budget (keys, values and [`ENTRY_OVERHEAD`] per entry);
 //!   inserting evicts with a second-chance clock per shard. Lookups and inserts take one
-//!   shard's mutex; the cache is consulted only on a leaf miss, never on the in-memory path.
-//! * Admission (TinyLFU, `sketch.rs`): every lookup counts its key in the shard's frequency
-//!   sketch. Once the shard is full, a new entry replaces the clock's victim only if its key
+//!   shard's mutex; the cache is consulted only on a leaf miss or a marked leaf (the clock
+//!   marks only in a full pool), never on the in-memory path.
+//! * Admission (TinyLFU, `sketch.rs`): every lookup and every promotion counts its key in the
+//!   shard's frequency sketch. Once the shard is full, a new entry replaces the clock's victim only if its key
 //!   was asked for more often lately than the victim's; otherwise it is not kept. Reads of
 //!   cold keys (most misses, when the data is many times the cache) would otherwise push out
 //!   the warm keys the cache is for before they are asked for again.
@@ -137,6 +145,7 @@ struct Counters {
     inserts: AtomicU64,
     evictions: AtomicU64,
     rejected: AtomicU64,
+    promotions: AtomicU64,
 }
 
 /// The row cache of one pool (see the module doc).
@@ -159,6 +168,7 @@ pub(crate) struct RowFigures {
     pub inserts: u64,
     pub evictions: u64,
     pub rejected: u64,
+    pub promotions: u64,
 }
 
 impl Rows {
@@ -244,29 +254,50 @@ impl Rows {
     /// Records that page `pid`'s image of generation `tag` stores `key` with the plain value
     /// `value` (replacing any entry for the key in that page). Values longer than
     /// [`MAX_ROW_VALUE`] are not kept.
-    pub(crate) fn insert(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) {
+    /// Returns whether the cache holds the entry afterwards.
+    pub(crate) fn insert(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) -> bool {
+        self.keep(pid, tag, key, value, false)
+    }
+
+    /// [`insert`](Self::insert) for a read that found `key` in page `pid` resident (a read the
+    /// row cache did not see): the read is counted in the admission sketch first, and an entry
+    /// already made from the same image is kept as it is (and referenced).
+    pub(crate) fn promote(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) -> bool {
+        self.keep(pid, tag, key, value, true)
+    }
+
+    fn keep(&self, pid: u32, tag: u64, key: &[u8], value: &[u8], read: bool) -> bool {
         if !self.enabled() || value.len() > MAX_ROW_VALUE {
-            return;
+            return false;
         }
         let cost = key.len() + value.len() + ENTRY_OVERHEAD;
         if cost > self.shard_budget {
-            return;
+            return false;
         }
         let hash = self.hash(pid, key);
         let mut shard = self.shard(hash);
+        if read {
+            shard.sketch.add(hash);
+        }
         if let Some(&at) = shard.index.get(&hash) {
+            let slot = shard.slots[at as usize].as_mut().expect("indexed slots are occupied");
+            if read && slot.pid == pid && slot.tag == tag && &slot.data[..slot.key_len] == key {
+                slot.referenced = true;
+                self.counters.promotions.fetch_add(1, Relaxed);
+                return true;
+            }
             shard.remove(at);
         }
         let wanted = shard.sketch.estimate(hash);
         let Some(evicted) = shard.make_room(cost, self.shard_budget, wanted) else {
             self.counters.rejected.fetch_add(1, Relaxed);
-            return;
+            return false;
         };
         if evicted > 0 {
             self.counters.evictions.fetch_add(evicted, Relaxed);
         }
         if shard.bytes + cost > self.shard_budget {
-            return;
+            return false;
         }
         let mut data = Vec::with_capacity(key.len() + value.len());
         data.extend_from_slice(key);
@@ -285,6 +316,10 @@ impl Rows {
         };
         shard.index.insert(hash, at);
         self.counters.inserts.fetch_add(1, Relaxed);
+        if read {
+            self.counters.promotions.fetch_add(1, Relaxed);
+        }
+        true
     }
 
     /// The cache's size and counters.
@@ -306,6 +341,7 @@ impl Rows {
             inserts: c.inserts.load(Relaxed),
             evictions: c.evictions.load(Relaxed),
             rejected: c.rejected.load(Relaxed),
+            promotions: c.promotions.load(Relaxed),
         }
     }
 }

@@ -23,7 +23,8 @@
 //!   ends with a version bump, so a validated reader saw one consistent image of this page.
 //! * Shared holders and MARKED/UNLOCKED flips never change the version: readers of a hot
 //!   page do not invalidate each other, and a hit on the optimistic path only writes the word
-//!   when it finds the page MARKED.
+//!   when it finds the page MARKED (and not even then when a point read moves its key to the
+//!   row cache instead: [`StateWord::optimistic_keeping_mark`]).
 //! * DIRTY, WRITING and WAITERS survive every state change but the ones that own them: an
 //!   exclusive unlock sets DIRTY; a write-back sets and clears WRITING and clears DIRTY only if
 //!   the version did not move while it copied; whoever releases the word clears WAITERS and
@@ -196,16 +197,29 @@ impl<A: Word> StateWord<'_, A> {
     /// is held exclusively or being loaded; clears a clock mark (the only write of this path).
     #[inline]
     pub(crate) fn optimistic(&self) -> Result<u64, Absent> {
+        let w = self.optimistic_keeping_mark()?;
+        self.unmark(w);
+        Ok(w)
+    }
+
+    /// [`optimistic`](Self::optimistic), but a clock mark stays: the caller decides whether
+    /// the page deserves its second chance ([`unmark`](Self::unmark)).
+    #[inline]
+    pub(crate) fn optimistic_keeping_mark(&self) -> Result<u64, Absent> {
         let w = self.word.load(Acquire);
         if readable(w) {
-            if state(w) == MARKED {
-                // Second chance: an access unmarks. Losing this race to another state change
-                // is harmless (the validation catches anything that matters).
-                let _ = self.word.compare_exchange(w, with(w, UNLOCKED, w), Relaxed, Relaxed);
-            }
             return Ok(w);
         }
         self.optimistic_slow()
+    }
+
+    /// Second chance: an access seen as `w` unmarks a MARKED page. Losing this race to another
+    /// state change is harmless (the validation catches anything that matters).
+    #[inline]
+    pub(crate) fn unmark(&self, w: u64) {
+        if state(w) == MARKED {
+            let _ = self.word.compare_exchange(w, with(w, UNLOCKED, w), Relaxed, Relaxed);
+        }
     }
 
     #[cold]

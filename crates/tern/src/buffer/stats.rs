@@ -119,6 +119,7 @@ impl Counters {
             row_inserts: rows.inserts,
             row_evictions: rows.evictions,
             row_rejected: rows.rejected,
+            row_promotions: rows.promotions,
         }
     }
 }
@@ -187,6 +188,10 @@ pub struct BufferStats {
     /// Entries not made because the row cache was full and its key had been asked for less
     /// often lately than the entry it would have replaced (the admission filter).
     pub row_rejected: u64,
+    /// Point reads that found their key in a resident leaf the clock had marked for eviction
+    /// and left the key in the row cache (entries made or kept so) instead of giving the leaf
+    /// a second chance: the leaf may go, its hot keys stay.
+    pub row_promotions: u64,
 }
 
 #[cfg(test)]
