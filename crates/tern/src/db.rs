@@ -64,26 +64,28 @@ pub struct Options {
     /// The write-ahead log (databases opened with [`Db::open`]).
     pub wal: WalConfig,
     /// Bytes of memory for pages (the buffer pool) and the row cache
-    /// ([`row_cache_percent`](Self::row_cache_percent) of it): pages beyond it live in the
-    /// database's page file and are read back on demand. Default:
+    /// ([`row_cache_percent`](Self::row_cache_percent) of it once the data outgrows the
+    /// cache): pages beyond it live in the database's page file and are read back on demand. Default:
     /// [`Options::default_cache_bytes`].
     pub cache_bytes: u64,
-    /// The percentage of [`cache_bytes`](Self::cache_bytes) given to the **row cache** (0 to
-    /// [`MAX_ROW_CACHE_PERCENT`]; the pages get the rest). When the data outgrows the pages'
-    /// share, a point read that has to read its leaf from disk keeps that key's value in the
-    /// row cache, and later point reads of the key are answered from it while the leaf is on
-    /// disk, without reading the page: with skewed reads over data several times the cache,
-    /// the hot keys are a small part of each leaf, and whole pages hold far fewer of them per
-    /// byte. The row cache fills only once every frame is in use (while the data fits, it
-    /// holds nothing and costs nothing but its share); scans, writes and reads of resident
-    /// leaves never touch it. An entry is used only while its leaf is on disk exactly as
+    /// The percentage of [`cache_bytes`](Self::cache_bytes) given to the **row cache** once
+    /// the data outgrows the cache (0 to [`MAX_ROW_CACHE_PERCENT`]). While the data fits, the
+    /// pages may use the whole cache and the row cache holds nothing. The first time the pool
+    /// must evict, it shrinks to the rest of the cache for as long as it is open: the frames
+    /// past that are emptied by the background evictor and their memory given back, and then
+    /// the row cache opens. A point read that has to read its leaf from disk, or that finds
+    /// it about to be evicted, keeps that key's value in the row cache, and later point reads
+    /// of the key are answered from it while the leaf is on disk, without reading the page:
+    /// with skewed reads over data several times the cache, the hot keys are a small part of
+    /// each leaf, and whole pages hold far fewer of them per byte. Scans, writes and reads of
+    /// resident leaves never touch it. An entry is used only while its leaf is on disk exactly as
     /// it was read, so the cache never returns a value the leaf does not hold. Default:
     /// [`DEFAULT_ROW_CACHE_PERCENT`]; 0 turns it off. Figures: `DbStats::buffer.row_*`.
     pub row_cache_percent: u8,
 }
 
 /// The default [`Options::row_cache_percent`].
-pub const DEFAULT_ROW_CACHE_PERCENT: u8 = 25;
+pub const DEFAULT_ROW_CACHE_PERCENT: u8 = 50;
 /// The largest [`Options::row_cache_percent`].
 pub const MAX_ROW_CACHE_PERCENT: u8 = 90;
 

@@ -148,7 +148,7 @@ pub struct DriverArgs {
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
     pub tern_page_size: Option<u64>,
     /// tern's row cache, as a percentage of its cache (`Options::row_cache_percent`, 0 to 90)
-    /// [default: tern's, 25]; the `tern-norows` variant runs without one.
+    /// [default: tern's, 50]; the `tern-norows` variant runs without one.
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=90))]
     pub tern_row_cache: Option<u8>,
     /// Run each engine (its load and run phases) in a worker process of its own, placed in a

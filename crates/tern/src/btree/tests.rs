@@ -622,13 +622,15 @@ fn the_row_cache_answers_reads_of_evicted_leaves_and_never_a_stale_value() {
 fn a_read_of_a_marked_leaf_moves_its_key_to_the_row_cache_and_lets_the_leaf_go() {
     let (_dir, t) = evicting_tree_with_rows(SHAPES[3], 4096, 256 << 10);
     let pool = t.pool().clone();
-    // This thread alone changes the pool (it evicts for itself).
-    pool.stop_evictor();
     let key = |i: u32| format!("mark/{i:06}").into_bytes();
     let value = |i: u32| format!("value of {i}, long enough to fill leaves").into_bytes();
     for i in 0..20_000u32 {
         t.upsert(&key(i), &value(i)).unwrap();
     }
+    // The background evictor gives the row cache its share (bounded wait), then stops: this
+    // thread alone changes the pool from here on (it evicts for itself).
+    wait_for_the_row_cache(&t);
+    pool.stop_evictor();
     pool.flush().unwrap();
     let leaf_of = |k: &[u8]| {
         let guard = crossbeam_epoch::pin();
@@ -665,6 +667,91 @@ fn a_read_of_a_marked_leaf_moves_its_key_to_the_row_cache_and_lets_the_leaf_go()
         assert_eq!(pool.stats().row_promotions, before.row_promotions, "key {i}");
         assert!(!pool.is_marked(pid), "key {i}: a read of a dirty marked leaf unmarks it");
     }
+    t.check().unwrap();
+}
+
+/// Waits until the pool has given the row cache its share (the background evictor empties
+/// the frames past the new capacity), for at most 20 s.
+#[cfg(not(loom))]
+fn wait_for_the_row_cache(t: &BTree) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while t.pool().stats().row_cache_bytes == 0 {
+        assert!(std::time::Instant::now() < deadline, "the row cache did not open: {:?}", t.pool().stats());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A tree over a pool of `frames` frames' worth of cache, `rows` of them the row cache's share.
+#[cfg(not(loom))]
+fn tree_sharing_its_cache(frames: u64, rows: u64) -> (tempfile::TempDir, BTree) {
+    const PAGE: usize = 4096;
+    let frame = crate::buffer::frame_bytes(PAGE) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::buffer::PoolConfig {
+        page_size: PAGE,
+        cache_bytes: Some(frames * frame),
+        row_cache_bytes: rows * frame,
+        huge_pages: false,
+    };
+    let pool = crate::buffer::Pool::with_file(config, Arc::new(crate::fs::StdFs), dir.path().join("pages")).unwrap();
+    (dir, BTree::with_pool(TreeConfig { page_size: PAGE, ..TreeConfig::DEFAULT }, pool).unwrap())
+}
+
+/// A row share smaller than the free frames the background evictor keeps: the pool is not
+/// past its smaller capacity when it first evicts, and the row cache opens at once.
+#[test]
+#[cfg(not(loom))]
+fn a_small_row_share_opens_as_soon_as_the_pool_evicts() {
+    let (_dir, t) = tree_sharing_its_cache(512, 4);
+    let mut n = 0u32;
+    while t.pool().stats().live_pages < 2048 {
+        t.upsert(format!("small/{n:010}").as_bytes(), &[7; 60]).unwrap();
+        n += 1;
+    }
+    wait_for_the_row_cache(&t);
+    let s = t.pool().stats();
+    assert_eq!(s.capacity_pages, 508, "{s:?}");
+    t.check().unwrap();
+}
+
+/// The frames use the whole cache while the data fits; once the pool must evict, it gives the
+/// row cache its share: the frames past the smaller capacity are emptied and retired (their
+/// memory given back), and only then does the row cache take entries. Reads stay exact.
+#[test]
+#[cfg(not(loom))]
+fn the_pool_gives_the_row_cache_its_share_only_once_the_data_outgrows_the_cache() {
+    let (_dir, t) = tree_sharing_its_cache(512, 256);
+    let rows = 256 * crate::buffer::frame_bytes(4096) as u64;
+    // Distinct keys (multiplying by an odd number permutes the u32s) in scattered order.
+    let key = |i: u32| format!("share/{:010}", i.wrapping_mul(2_654_435_761)).into_bytes();
+    let value = |i: u32| format!("value {i:08} and some bytes to fill the leaves with").into_bytes();
+    // Data for about 400 pages: more than the frames past the row cache's share, less than
+    // the cache.
+    let mut n = 0u32;
+    while t.pool().stats().live_pages < 400 {
+        t.upsert(&key(n), &value(n)).unwrap();
+        n += 1;
+    }
+    let s = t.pool().stats();
+    assert_eq!((s.capacity_pages, s.evictions, s.row_cache_bytes), (512, 0, 0), "{s:?}");
+    assert!(s.resident_pages >= 400, "the data fits in the whole cache: {s:?}");
+    // Outgrow the cache four times.
+    while t.pool().stats().live_pages < 2048 {
+        t.upsert(&key(n), &value(n)).unwrap();
+        n += 1;
+    }
+    wait_for_the_row_cache(&t);
+    let s = t.pool().stats();
+    assert_eq!(s.capacity_pages, 256, "{s:?}");
+    assert!(s.row_cache_bytes > 0 && s.row_cache_bytes <= rows, "the row cache is open: {s:?}");
+    for round in 0..3 {
+        for i in (0..n).step_by(7) {
+            assert_eq!(t.get(&key(i)).unwrap(), Some(value(i)), "round {round}, key {i}");
+        }
+    }
+    let s = t.pool().stats();
+    assert!(s.resident_pages <= 256 + s.over_capacity, "{s:?}");
+    assert!(s.row_entries > 0 && s.row_hits > 0, "{s:?}");
     t.check().unwrap();
 }
 

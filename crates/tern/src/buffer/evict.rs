@@ -28,6 +28,8 @@ use std::time::Duration;
 pub(crate) const SMALL_BATCH: usize = 8;
 /// Dirty pages written per batch, and pages the background evictor frees per round.
 const BATCH: usize = 64;
+/// Dirty pages one pass of emptying the frames past the capacity writes back at most.
+const SHRINK_WRITES: usize = 4 * BATCH;
 /// Clock visits an inner node survives unmarked.
 pub(crate) const INNER_PASSES: u64 = 4;
 
@@ -46,11 +48,11 @@ pub(crate) struct Evictor {
 }
 
 fn low_water(pool: &Pool) -> usize {
-    (pool.capacity / 64).clamp(4, 1024)
+    (pool.capacity() / 64).clamp(4, 1024)
 }
 
 fn high_water(pool: &Pool) -> usize {
-    (pool.capacity / 32).clamp(8, 2048)
+    (pool.capacity() / 32).clamp(8, 2048)
 }
 
 impl Evictor {
@@ -74,6 +76,10 @@ impl Evictor {
             }
             signal.wanted.store(false, Relaxed);
             let Some(pool) = weak.upgrade() else { return };
+            if pool.shrinking() {
+                // Errors leave pages where they are: the next round tries again.
+                let _ = pool.empty_frames_past_capacity();
+            }
             while pool.needs_frames(high_water(&pool)) {
                 match pool.evict_batch(BATCH) {
                     Ok(0) | Err(_) => break,
@@ -84,6 +90,14 @@ impl Evictor {
         // Without the thread, application threads still evict for themselves.
         if let Ok(handle) = spawned {
             *pool.evictor.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        }
+    }
+
+    /// Wakes the evictor to empty the frames past the capacity (the pool is giving memory to
+    /// its row cache); it keeps at it every round until they are all retired.
+    pub(crate) fn shrink(&self, pool: &Pool) {
+        if pool.evicts() && !self.signal.wanted.swap(true, Relaxed) {
+            self.signal.wake.notify_one();
         }
     }
 
@@ -111,13 +125,78 @@ impl Evictor {
 impl Pool {
     /// Whether fewer than `want` frames are free and no new ones may be made.
     fn needs_frames(&self, want: usize) -> bool {
-        self.frame_count.load(Relaxed) as usize >= self.capacity.saturating_sub(want)
+        self.frame_count.load(Relaxed) as usize >= self.capacity().saturating_sub(want)
             && self.free_frames.load(Relaxed) < want
+    }
+
+    /// Whether frames past the capacity still hold pages (the pool is giving memory to its row
+    /// cache).
+    pub(crate) fn shrinking(&self) -> bool {
+        self.frame_count.load(Relaxed) as usize > self.capacity()
+    }
+
+    /// Evicts the pages of the frames past the capacity (writing dirty ones back first), so
+    /// that those frames retire (`Pool::put_frame`). Pages latched or being written are left
+    /// for the next round, and so are the dirty pages past [`SHRINK_WRITES`] in one pass (the
+    /// evictor goes back to keeping free frames in between).
+    pub(crate) fn empty_frames_past_capacity(&self) -> Result<()> {
+        let capacity = self.capacity();
+        let count = self.frame_count.load(Acquire) as usize;
+        let mut dirty = Vec::new();
+        let mut written = 0;
+        for i in capacity..count {
+            let Some(block) = self.registry.get(i as u32).and_then(|b| NonNull::new(b.load(Relaxed))) else {
+                continue;
+            };
+            let owner = self.frame_at(block).owner.load(Acquire);
+            if owner == 0 {
+                continue; // free (retired by now) or retired
+            }
+            let pid = (owner - 1) as u32;
+            let Some(entry) = self.table.get(pid) else { continue };
+            if entry.frame.load(Relaxed) != block.as_ptr() {
+                continue;
+            }
+            let word = self.state_word(entry);
+            let mut w = word.load();
+            if state::state(w) == UNLOCKED && word.try_mark(w) {
+                w = word.load();
+            }
+            match state::state(w) {
+                MARKED if w & WRITING != 0 => {}
+                MARKED if w & DIRTY != 0 && written < SHRINK_WRITES => dirty.push(pid),
+                MARKED if w & DIRTY != 0 => {}
+                MARKED => {
+                    self.evict(pid, w);
+                }
+                _ => {}
+            }
+            if dirty.len() >= BATCH {
+                written += dirty.len();
+                self.write_back_and_evict(&mut dirty)?;
+            }
+        }
+        self.write_back_and_evict(&mut dirty)
+    }
+
+    /// Writes back the dirty pages `pids` and evicts those still clean and marked; empties
+    /// `pids`.
+    fn write_back_and_evict(&self, pids: &mut Vec<u32>) -> Result<()> {
+        if pids.is_empty() {
+            return Ok(());
+        }
+        self.write_back(pids)?;
+        for pid in pids.drain(..) {
+            let w = self.state_word(self.table.get(pid).expect("queued pages exist")).load();
+            self.evict(pid, w);
+        }
+        Ok(())
     }
 
     /// Runs the clock until `want` frames are freed, a batch of dirty pages is written back,
     /// or two sweeps found nothing; returns the frames freed.
     pub(crate) fn evict_batch(&self, want: usize) -> Result<usize> {
+        self.note_evicting();
         let count = u64::from(self.frame_count.load(Acquire));
         let mut freed = 0;
         let mut dirty = Vec::new();
@@ -150,7 +229,8 @@ impl Pool {
                 }
                 MARKED if w & WRITING != 0 => {}
                 MARKED if w & DIRTY != 0 => dirty.push(pid),
-                MARKED if self.evict(pid, w) => freed += 1,
+                // A frame retired instead of freed (past the capacity) does not count.
+                MARKED if self.evict(pid, w) == Some(true) => freed += 1,
                 _ => {}
             }
             if freed >= want || dirty.len() >= BATCH {
@@ -162,7 +242,7 @@ impl Pool {
             for pid in dirty {
                 if freed < want {
                     let w = self.state_word(self.table.get(pid).expect("queued pages exist")).load();
-                    if self.evict(pid, w) {
+                    if self.evict(pid, w) == Some(true) {
                         freed += 1;
                     }
                 }
@@ -171,18 +251,20 @@ impl Pool {
         Ok(freed)
     }
 
-    /// Evicts page `pid` if it is still MARKED, clean and not being written as in `w`.
-    fn evict(&self, pid: u32, w: u64) -> bool {
+    /// Evicts page `pid` if it is still MARKED, clean and not being written as in `w`:
+    /// `Some(true)` if its frame went to the free list, `Some(false)` if it was retired (past
+    /// the capacity), `None` if the page was not evicted.
+    fn evict(&self, pid: u32, w: u64) -> Option<bool> {
         let entry = self.table.get(pid).expect("the clock found this page");
         let word = self.state_word(entry);
         if !word.try_lock_for_eviction(w) {
-            return false;
+            return None;
         }
         let block = NonNull::new(entry.frame.swap(std::ptr::null_mut(), Relaxed)).expect("resident");
         word.release(state::EVICTED, false);
-        self.put_frame(self.frame_at(block));
+        let freed = self.put_frame(self.frame_at(block));
         self.counters.evictions.fetch_add(1, Relaxed);
-        true
+        Some(freed)
     }
 
     /// Writes back the dirty pages `pids` (in block order); pages that changed or are already
@@ -273,7 +355,7 @@ impl Pool {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn evict_if_marked(&self, pid: u32) -> bool {
         let w = self.state_word(self.table.get(pid).expect("a page of the pool")).load();
-        self.evict(pid, w)
+        self.evict(pid, w).is_some()
     }
 
     /// Writes back every dirty page (tests).

@@ -1,8 +1,8 @@
 //! Frames: the memory pages live in while resident.
 //!
 //! A frame is one cache-line-aligned block: three header words, then the page. The header holds
-//! the id of the page in the frame (the clock finds a frame's page through it) and the page's
-//! kind (the clock favours inner nodes); 24 header bytes put the first 40 bytes of the page
+//! the id of the page in the frame (the clock finds a frame's page through it), the page's
+//! kind (the clock favours inner nodes) and the frame's index in the pool's registry; 24 header bytes put the first 40 bytes of the page
 //! (its node header) in the frame's first cache line and the node's slots on a line boundary,
 //! the layout the B+tree's search was tuned for.
 //!
@@ -12,7 +12,9 @@
 //!   (`MADV_HUGEPAGE`). A tree of 1M records reaches its pages through few TLB entries.
 //! * A frame is never unmapped while its pool lives: an optimistic reader that still holds the
 //!   address of a frame whose page was evicted or freed reads valid (if meaningless) memory,
-//!   and its validation of the page's state word fails. Frames are recycled, never returned.
+//!   and its validation of the page's state word fails. Frames are recycled, or retired when
+//!   the pool gives memory to its row cache: a retired frame's memory is given back to the
+//!   system ([`release`]: reads then see zeros), its mapping stays.
 
 use super::page::Page;
 use std::ptr::NonNull;
@@ -25,7 +27,8 @@ pub(crate) struct Frame {
     pub owner: AtomicU64,
     /// The page's kind (`Kind as u64`) and, above bit 8, the clock's remaining passes.
     pub kind: AtomicU64,
-    _spare: AtomicU64,
+    /// The frame's index in the pool's registry (set once, when the frame is made).
+    pub index: AtomicU64,
     pub page: Page,
 }
 
@@ -38,6 +41,11 @@ pub(crate) fn frame_layout(page_size: usize) -> std::alloc::Layout {
     let words = std::alloc::Layout::array::<AtomicU64>(page_size / 8).expect("page sizes are small");
     let (layout, _) = header.extend(words).expect("page sizes are small");
     layout.align_to(64).expect("64 is a valid alignment").pad_to_align()
+}
+
+/// Bytes of memory a frame for pages of `page_size` bytes takes.
+pub(crate) fn frame_bytes(page_size: usize) -> usize {
+    frame_layout(page_size).size()
 }
 
 impl Frame {
@@ -189,6 +197,31 @@ pub(crate) fn advise_huge_pages<T>(buf: &mut Vec<T>) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = middle;
+}
+
+/// Gives the memory of the whole 4 KiB pages within `start..start + len` back to the system
+/// (`MADV_DONTNEED`): the range stays mapped, and reads of it see zeros until written again.
+/// `start..start + len` must be frame blocks of one mapping that no page holds any more
+/// (retired frames); bytes of the range's partial first and last pages stay as they are.
+pub(crate) fn release(start: NonNull<u8>, len: usize) {
+    let from = start.as_ptr().addr().next_multiple_of(SMALL_PAGE);
+    let to = (start.as_ptr().addr() + len) / SMALL_PAGE * SMALL_PAGE;
+    if to <= from {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `from..to` lies within `start..start + len`, memory of a live anonymous private
+    // mapping of the arena whose frames no page holds (the caller's contract); dropping it only
+    // makes later reads see zeros, which optimistic readers of stale frame addresses tolerate
+    // (their validation fails), and the mapping itself stays.
+    unsafe {
+        let at = start.as_ptr().with_addr(from).cast();
+        // Not collapsed back into a huge page (which would bring the memory back).
+        libc::madvise(at, to - from, libc::MADV_NOHUGEPAGE);
+        libc::madvise(at, to - from, libc::MADV_DONTNEED);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (from, to);
 }
 
 /// Unmaps a chunk from [`map_chunk`].

@@ -44,6 +44,14 @@
 //! 7. No write but a checkpoint's targets a block the durable checkpoint uses, and a capture's
 //!    pages are written by the checkpoint alone (`capture.rs`), so the durable checkpoint's
 //!    blocks stay intact until the next one is durable.
+//! 8. The capacity starts at all of the cache in frames, with the row cache closed; the first
+//!    eviction lowers it to the frames' share for the pool's life. Frames past it are retired
+//!    (never handed out again) as their pages leave; once all are, the frame count drops to
+//!    the capacity, their memory goes back to the system, and the row cache opens. Frames
+//!    and row cache together stay within the cache, apart from the shrink itself (threads
+//!    short of frames may go over the capacity as in 5) and frames taken over the capacity
+//!    (retired too when their page leaves). If the shrink cannot finish (no background
+//!    evictor thread, page writes refused or failing), the row cache stays closed.
 //!
 //! The page file of a database is the database: the newest page checkpoint names a block of
 //! it for every page, and opening reads pages from it on demand (`Pool::open_file`). A
@@ -69,6 +77,8 @@ mod tests;
 
 pub(crate) use capture::{Member, Taken};
 pub(crate) use frames::advise_huge_pages;
+#[cfg(all(test, not(loom)))]
+pub(crate) use frames::frame_bytes;
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
 pub(crate) use pool::{Kind, Miss, NO_PAGE};

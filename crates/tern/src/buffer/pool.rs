@@ -87,6 +87,13 @@ struct Ids {
 struct FrameList {
     arena: Arena,
     free: Vec<NonNull<u8>>,
+    /// Frames past the capacity emptied for good (the pool gave the row cache its share, or a
+    /// frame was taken beyond the capacity): their memory is given back once all the frames
+    /// past the capacity are here.
+    retired: Vec<NonNull<u8>>,
+    /// Retired frames whose memory was given back: taken again, before new arena memory, when
+    /// a thread must go over the capacity.
+    released: Vec<NonNull<u8>>,
 }
 
 // SAFETY: the pointers are frame blocks owned by the arena, used under the pool's mutex.
@@ -101,7 +108,8 @@ pub struct PoolConfig {
     /// (memory only, nothing evicted).
     pub cache_bytes: Option<u64>,
     /// Bytes of `cache_bytes` given to the row cache (`rows.rs`: values of single keys whose
-    /// leaves were evicted); the frames get the rest. Ignored by unbounded pools.
+    /// leaves were evicted) once the frames have filled the whole cache and the pool must evict;
+    /// until then the frames may use all of `cache_bytes`. Ignored by unbounded pools.
     pub row_cache_bytes: u64,
     /// Advise frame memory for transparent huge pages.
     pub huge_pages: bool,
@@ -132,8 +140,14 @@ pub struct Pool {
     durable_extent: AtomicU32,
     /// Frames on the free list.
     pub(crate) free_frames: AtomicUsize,
-    /// Most frames (`usize::MAX`: unbounded).
-    pub(crate) capacity: usize,
+    /// Frames retired while the pool shrinks (0 once it has: they are past the frame count).
+    retired_frames: AtomicUsize,
+    /// Most frames (`usize::MAX`: unbounded): all of the cache at first, then `shrunk_capacity`
+    /// once the pool gave the row cache its share.
+    capacity: AtomicUsize,
+    /// The capacity after the row cache takes its share (equal to the first one without a row
+    /// cache).
+    shrunk_capacity: usize,
     /// The row cache (`rows.rs`).
     pub(crate) rows: Rows,
     /// The clock hand (a frame index, taken modulo the frame count).
@@ -146,7 +160,7 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("page_size", &self.page_size).field("capacity", &self.capacity).finish()
+        f.debug_struct("Pool").field("page_size", &self.page_size).field("capacity", &self.capacity()).finish()
     }
 }
 
@@ -203,15 +217,17 @@ impl Pool {
     }
 
     fn build(config: PoolConfig, file: Option<PageFile>) -> Arc<Pool> {
-        let frame_bytes = super::frames::frame_layout(config.page_size).size() as u64;
-        let (capacity, row_bytes) = match (config.cache_bytes, &file) {
+        let frame_bytes = super::frames::frame_bytes(config.page_size) as u64;
+        let frames = |bytes: u64| usize::try_from(bytes / frame_bytes).unwrap_or(usize::MAX).max(MIN_FRAMES);
+        let (capacity, shrunk_capacity, row_bytes) = match (config.cache_bytes, &file) {
             (Some(bytes), Some(_)) => {
                 let rows = config.row_cache_bytes.min(bytes);
-                (usize::try_from((bytes - rows) / frame_bytes).unwrap_or(usize::MAX).max(MIN_FRAMES), rows)
+                let shrunk = frames(bytes - rows);
+                (frames(bytes).max(shrunk), shrunk, rows)
             }
-            _ => (usize::MAX, 0),
+            _ => (usize::MAX, usize::MAX, 0),
         };
-        Arc::new(Pool {
+        let pool = Arc::new(Pool {
             page_size: config.page_size,
             class: *PAGE_CLASS,
             table: Segmented::new(),
@@ -223,18 +239,28 @@ impl Pool {
             frames: StdMutex::new(FrameList {
                 arena: Arena::new(config.page_size, config.huge_pages),
                 free: Vec::new(),
+                retired: Vec::new(),
+                released: Vec::new(),
             }),
             registry: Segmented::new(),
             frame_count: AtomicU32::new(0),
             free_frames: AtomicUsize::new(0),
-            capacity,
-            rows: Rows::new(row_bytes),
+            retired_frames: AtomicUsize::new(0),
+            capacity: AtomicUsize::new(capacity),
+            shrunk_capacity,
+            rows: Rows::closed(row_bytes),
             hand: AtomicU64::new(0),
             file,
             counters: Counters::default(),
             evictor: super::evict::Evictor::default(),
             capture: CaptureState::default(),
-        })
+        });
+        if capacity == shrunk_capacity {
+            // The fewest frames leave nothing to give: the row cache is beside them from the
+            // start (or there is none).
+            pool.rows.open();
+        }
+        pool
     }
 
     /// The page size in bytes.
@@ -243,9 +269,15 @@ impl Pool {
         self.page_size
     }
 
+    /// Most frames now (`usize::MAX`: unbounded).
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Relaxed)
+    }
+
     /// Whether pages can leave memory (the pool has a file and a bound).
     pub fn evicts(&self) -> bool {
-        self.capacity != usize::MAX
+        self.capacity() != usize::MAX
     }
 
     #[inline]
@@ -349,10 +381,10 @@ impl Pool {
 
     /// Keeps `key`'s plain `value`, read from page `pid` while its state word was `seen` and
     /// its image's generation `image` (both validated), in the row cache, if the page was
-    /// clean (its image is the file's) and every frame is in use (a pool that still has room
-    /// for the data needs no row cache).
+    /// clean (its image is the file's) and the row cache is open (the pool has evicted: one
+    /// that still has room for the data needs no row cache).
     pub(crate) fn keep_row(&self, pid: u32, seen: u64, image: u64, key: &[u8], value: &[u8]) {
-        if seen & DIRTY == 0 && self.frame_count.load(Relaxed) as usize >= self.capacity {
+        if seen & DIRTY == 0 {
             self.rows.insert(pid, image, key, value);
         }
     }
@@ -361,11 +393,9 @@ impl Pool {
     /// eviction (state word `seen`, image generation `image`, both validated), in the row
     /// cache instead of giving the page its second chance: true if the row cache holds it now
     /// (the page keeps its mark); false if it did not take it (the caller unmarks the page).
-    /// Only clean pages of a full pool qualify, as for [`keep_row`](Self::keep_row).
+    /// Only clean pages qualify, once the row cache is open, as for [`keep_row`](Self::keep_row).
     pub(crate) fn promote_row(&self, pid: u32, seen: u64, image: u64, key: &[u8], value: &[u8]) -> bool {
-        seen & DIRTY == 0
-            && self.frame_count.load(Relaxed) as usize >= self.capacity
-            && self.rows.promote(pid, image, key, value)
+        seen & DIRTY == 0 && self.rows.promote(pid, image, key, value)
     }
 
     /// Page `pid` in shared mode, faulted in if needed; `None` if no page has that id (a
@@ -645,11 +675,13 @@ impl Pool {
                     return Ok(self.frame_at(block));
                 }
                 let count = self.frame_count.load(Relaxed) as usize;
-                if count < self.capacity || rounds > 2 && !waiting {
-                    if count >= self.capacity {
+                let capacity = self.capacity();
+                if count < capacity || rounds > 2 && !waiting {
+                    if count >= capacity {
                         self.counters.overshoot.fetch_add(1, Relaxed);
                     }
-                    let block = frames.arena.take();
+                    let block = frames.released.pop().unwrap_or_else(|| frames.arena.take());
+                    self.frame_at(block).index.store(count as u64, Relaxed);
                     self.registry.ensure(count as u32).store(block.as_ptr(), Relaxed);
                     self.frame_count.store(count as u32 + 1, std::sync::atomic::Ordering::Release);
                     return Ok(self.frame_at(block));
@@ -664,23 +696,98 @@ impl Pool {
         }
     }
 
-    /// Puts a frame no page uses on the free list.
-    pub(crate) fn put_frame(&self, frame: &Frame) {
+    /// Puts a frame no page uses on the free list (true), or retires it if it lies past the
+    /// capacity (false: the pool is giving memory to its row cache, or the frame was taken
+    /// beyond the capacity).
+    pub(crate) fn put_frame(&self, frame: &Frame) -> bool {
         frame.owner.store(0, Relaxed);
         let block = NonNull::from(frame).cast::<u8>();
-        self.frames.lock().unwrap_or_else(|p| p.into_inner()).free.push(block);
-        self.free_frames.fetch_add(1, Relaxed);
+        let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
+        if frame.index.load(Relaxed) as usize >= self.capacity() {
+            frames.retired.push(block);
+            self.retired_frames.fetch_add(1, Relaxed);
+            self.finish_shrink(&mut frames);
+            false
+        } else {
+            frames.free.push(block);
+            self.free_frames.fetch_add(1, Relaxed);
+            true
+        }
+    }
+
+    /// The most frames the pool keeps once the row cache has its share (now or later).
+    pub(crate) fn frames_share(&self) -> usize {
+        self.shrunk_capacity
+    }
+
+    /// Called by every eviction: the first time, the frames fill the cache, and from now on
+    /// the row cache gets its share ([`give_rows_their_share`](Self::give_rows_their_share)).
+    #[inline]
+    pub(crate) fn note_evicting(&self) {
+        if self.capacity() > self.shrunk_capacity {
+            let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
+            if self.capacity() > self.shrunk_capacity {
+                self.give_rows_their_share(&mut frames);
+                drop(frames);
+                self.evictor.shrink(self);
+            }
+        }
+    }
+
+    /// Lowers the capacity to `shrunk_capacity`, retiring the free frames past it; the
+    /// evictor empties the others (`Evictor::shrink`), and the last one retired gives their
+    /// memory back and opens the row cache ([`finish_shrink`](Self::finish_shrink)).
+    fn give_rows_their_share(&self, frames: &mut FrameList) {
+        let capacity = self.shrunk_capacity;
+        self.capacity.store(capacity, Relaxed);
+        let before = frames.free.len();
+        let (keep, retire): (Vec<_>, Vec<_>) =
+            frames.free.drain(..).partition(|&b| (self.frame_at(b).index.load(Relaxed) as usize) < capacity);
+        frames.free = keep;
+        self.retired_frames.fetch_add(retire.len(), Relaxed);
+        frames.retired.extend(retire);
+        self.free_frames.fetch_sub(before - frames.free.len(), Relaxed);
+        self.finish_shrink(frames);
+    }
+
+    /// Once every frame past the capacity is retired (`retired` holds exactly those: frames
+    /// are retired once, and those of earlier rounds moved on to `released`): the frame count
+    /// drops to the capacity, the retired frames' memory goes back to the system, and the row
+    /// cache opens (at once if no frame was past the capacity).
+    fn finish_shrink(&self, frames: &mut FrameList) {
+        let count = self.frame_count.load(Relaxed) as usize;
+        let capacity = self.capacity();
+        if count > capacity && frames.retired.len() < count - capacity {
+            return;
+        }
+        if count > capacity {
+            self.frame_count.store(capacity as u32, Release);
+        }
+        self.retired_frames.store(0, Relaxed);
+        let block = frames.arena.block;
+        let mut runs = std::mem::take(&mut frames.retired);
+        runs.sort_unstable();
+        // Contiguous frames form one run; a run's whole 4 KiB pages are given back.
+        let mut start = 0;
+        for i in 1..=runs.len() {
+            if i == runs.len() || runs[i].as_ptr() != runs[i - 1].as_ptr().wrapping_add(block) {
+                super::frames::release(runs[start], block * (i - start));
+                start = i;
+            }
+        }
+        frames.released.append(&mut runs);
+        self.rows.open();
     }
 
     /// The pool's counters.
     pub fn stats(&self) -> BufferStats {
         let file_pages = u64::from(self.file_pages.load(Relaxed));
         let frames = self.frame_count.load(Relaxed) as u64;
-        let free = self.free_frames.load(Relaxed) as u64;
+        let idle = (self.free_frames.load(Relaxed) + self.retired_frames.load(Relaxed)) as u64;
         self.counters.snapshot(
             self.page_size,
-            if self.capacity == usize::MAX { 0 } else { self.capacity as u64 },
-            frames - free,
+            if self.capacity() == usize::MAX { 0 } else { self.capacity() as u64 },
+            frames.saturating_sub(idle),
             file_pages,
             self.rows.figures(),
         )

@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::sketch::Sketch;
@@ -151,7 +151,10 @@ struct Counters {
 /// The row cache of one pool (see the module doc).
 pub(crate) struct Rows {
     shards: Box<[Mutex<Shard>]>,
-    shard_budget: usize,
+    /// Each shard's budget once the cache is open ([`open`](Rows::open)).
+    share: usize,
+    /// Each shard's budget now: 0 until the cache is open, then `share`.
+    shard_budget: AtomicUsize,
     hasher: RandomState,
     counters: Counters,
 }
@@ -172,8 +175,17 @@ pub(crate) struct RowFigures {
 }
 
 impl Rows {
-    /// A row cache of at most `budget` bytes (0: none; every call is then a no-op).
+    /// A row cache of at most `budget` bytes (0: none; every call is then a no-op), open.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(budget: u64) -> Rows {
+        let rows = Rows::closed(budget);
+        rows.open();
+        rows
+    }
+
+    /// A row cache of `budget` bytes that holds nothing until [`open`](Self::open)ed (the pool
+    /// opens it once its frames have given the memory back).
+    pub(crate) fn closed(budget: u64) -> Rows {
         let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let shards = if budget == 0 { 0 } else { SHARDS };
         // The sketch comes out of the budget (about 4 bytes per entry it is sized for).
@@ -189,16 +201,22 @@ impl Rows {
         };
         Rows {
             shards: (0..shards).map(|_| Mutex::new(shard())).collect(),
-            shard_budget,
+            share: shard_budget,
+            shard_budget: AtomicUsize::new(0),
             hasher: RandomState::new(),
             counters: Counters::default(),
         }
     }
 
-    /// Whether the cache can hold anything.
+    /// Whether the pool has a row cache (open or not yet).
     #[inline]
     pub(crate) fn enabled(&self) -> bool {
-        self.shard_budget > 0
+        self.share > 0
+    }
+
+    /// Lets the cache fill up to its budget.
+    pub(crate) fn open(&self) {
+        self.shard_budget.store(self.share, Relaxed);
     }
 
     fn hash(&self, pid: u32, key: &[u8]) -> u64 {
@@ -271,7 +289,8 @@ impl Rows {
             return false;
         }
         let cost = key.len() + value.len() + ENTRY_OVERHEAD;
-        if cost > self.shard_budget {
+        let budget = self.shard_budget.load(Relaxed);
+        if cost > budget {
             return false;
         }
         let hash = self.hash(pid, key);
@@ -289,14 +308,14 @@ impl Rows {
             shard.remove(at);
         }
         let wanted = shard.sketch.estimate(hash);
-        let Some(evicted) = shard.make_room(cost, self.shard_budget, wanted) else {
+        let Some(evicted) = shard.make_room(cost, budget, wanted) else {
             self.counters.rejected.fetch_add(1, Relaxed);
             return false;
         };
         if evicted > 0 {
             self.counters.evictions.fetch_add(evicted, Relaxed);
         }
-        if shard.bytes + cost > self.shard_budget {
+        if shard.bytes + cost > budget {
             return false;
         }
         let mut data = Vec::with_capacity(key.len() + value.len());
@@ -332,7 +351,7 @@ impl Rows {
         }
         let c = &self.counters;
         RowFigures {
-            capacity_bytes: (self.shard_budget * self.shards.len()) as u64,
+            capacity_bytes: (self.shard_budget.load(Relaxed) * self.shards.len()) as u64,
             bytes,
             entries,
             hits: c.hits.load(Relaxed),

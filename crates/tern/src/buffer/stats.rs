@@ -129,7 +129,9 @@ impl Counters {
 pub struct BufferStats {
     /// Bytes per page.
     pub page_size: u64,
-    /// The most pages the pool keeps in memory (0: unbounded, nothing is evicted).
+    /// The most pages the pool keeps in memory now (0: unbounded, nothing is evicted): all of
+    /// the cache at first, the frames' share once the pool has evicted and the row cache has
+    /// its part (`Options::row_cache_percent`).
     pub capacity_pages: u64,
     /// Pages in memory now.
     pub resident_pages: u64,
@@ -166,7 +168,8 @@ pub struct BufferStats {
     pub read_p99_us: f64,
     /// The 99.9th percentile, as `read_p50_us`.
     pub read_p999_us: f64,
-    /// The row cache's share of the cache, in bytes (0: no row cache). It keeps single keys'
+    /// The row cache's share of the cache, in bytes (0: no row cache, or not open yet: it
+    /// opens once the pool has evicted and given it the memory). It keeps single keys'
     /// values read from leaves that had to be read from the page file, for point reads of
     /// those keys after the leaf is evicted again ([`Options::row_cache_percent`](crate::Options::row_cache_percent)).
     pub row_cache_bytes: u64,

@@ -55,7 +55,7 @@ pub(crate) fn batch_bytes(pool: &Pool, log_bytes: u64) -> usize {
     if !pool.evicts() {
         return BATCH_BYTES;
     }
-    let cache = pool.capacity.saturating_mul(pool.page_size());
+    let cache = pool.frames_share().saturating_mul(pool.page_size());
     let sweep = (cache / 8).clamp(BATCH_BYTES, MAX_BATCH_BYTES);
     let whole = usize::try_from(log_bytes).unwrap_or(usize::MAX);
     if whole > sweep && whole <= (cache / 2).min(MAX_BATCH_BYTES) {
