@@ -184,7 +184,7 @@ fn compare_gives_every_engine_the_cache_asked_for_and_reports_it() {
     }
     assert!(run["reads_per_op"].as_f64().is_some_and(|x| x >= 0.0), "{run}");
     assert!(
-        stderr.contains("cache 24 MiB (Options::cache_bytes, --cache; row cache 25%)"),
+        stderr.contains("cache 24 MiB (Options::cache_bytes, --cache; row cache 50%)"),
         "the configuration line: {stderr}"
     );
     assert!(stderr.contains("read B/op") && stderr.contains("reads/op"), "the table of reads: {stderr}");
