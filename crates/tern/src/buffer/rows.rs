@@ -6,7 +6,9 @@
 //! a pool of whole pages spends most of its memory on the cold ones (with scrambled zipfian
 //! reads over 10M records a pool of 11% of the leaves misses 37% of the reads; the same memory
 //! split half pages, half rows misses 21%). The row cache holds what such reads come for, and
-//! nothing else. An entry is made only while the pool is full, by a point read that
+//! nothing else. The cache opens (its budget goes from 0 to its share) once the pool has
+//! evicted and given it the memory (`Pool::give_rows_their_share`); from then on an entry is
+//! made by a point read that
 //! * faulted its leaf in, or
 //! * found its leaf resident but marked by the clock (not touched since the clock's last
 //!   pass): the key is **promoted**, and the leaf keeps its mark instead of getting a second
