@@ -548,10 +548,12 @@ impl BTree {
         if *faulted && plain {
             self.pool.keep_row(path.at.pid, path.at.version.seen(), image, key, out);
         }
-        if marked
-            && !(plain && !*faulted && self.pool.promote_row(path.at.pid, path.at.version.seen(), image, key, out))
-        {
-            path.at.version.unmark();
+        if marked {
+            let promoted =
+                plain && !*faulted && self.pool.promote_row(path.at.pid, path.at.version.seen(), image, key, out);
+            if !promoted {
+                path.at.version.unmark();
+            }
         }
         Ok(stored)
     }

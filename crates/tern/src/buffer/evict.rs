@@ -129,6 +129,21 @@ impl Pool {
             && self.free_frames.load(Relaxed) < want
     }
 
+    /// The frame at registry index `i` and the page in it (id and table entry); `None` if the
+    /// frame is free or retired, or changed hands while it was looked at.
+    fn page_in_frame(&self, i: u32) -> Option<(&super::frames::Frame, u32, &super::pool::Entry)> {
+        let block = NonNull::new(self.registry.get(i)?.load(Relaxed))?;
+        let frame = self.frame_at(block);
+        let owner = frame.owner.load(Acquire);
+        if owner == 0 {
+            return None;
+        }
+        let pid = (owner - 1) as u32;
+        let entry = self.table.get(pid)?;
+        // The frame changed hands since the owner was read.
+        (entry.frame.load(Relaxed) == block.as_ptr()).then_some((frame, pid, entry))
+    }
+
     /// Whether frames past the capacity still hold pages (the pool is giving memory to its row
     /// cache).
     pub(crate) fn shrinking(&self) -> bool {
@@ -145,31 +160,18 @@ impl Pool {
         let mut dirty = Vec::new();
         let mut written = 0;
         for i in capacity..count {
-            let Some(block) = self.registry.get(i as u32).and_then(|b| NonNull::new(b.load(Relaxed))) else {
-                continue;
-            };
-            let owner = self.frame_at(block).owner.load(Acquire);
-            if owner == 0 {
-                continue; // free (retired by now) or retired
-            }
-            let pid = (owner - 1) as u32;
-            let Some(entry) = self.table.get(pid) else { continue };
-            if entry.frame.load(Relaxed) != block.as_ptr() {
-                continue;
-            }
+            let Some((_, pid, entry)) = self.page_in_frame(i as u32) else { continue };
             let word = self.state_word(entry);
             let mut w = word.load();
             if state::state(w) == UNLOCKED && word.try_mark(w) {
                 w = word.load();
             }
-            match state::state(w) {
-                MARKED if w & WRITING != 0 => {}
-                MARKED if w & DIRTY != 0 && written < SHRINK_WRITES => dirty.push(pid),
-                MARKED if w & DIRTY != 0 => {}
-                MARKED => {
+            if state::state(w) == MARKED && w & WRITING == 0 {
+                if w & DIRTY == 0 {
                     self.evict(pid, w);
+                } else if written < SHRINK_WRITES {
+                    dirty.push(pid);
                 }
-                _ => {}
             }
             if dirty.len() >= BATCH {
                 written += dirty.len();
@@ -202,19 +204,7 @@ impl Pool {
         let mut dirty = Vec::new();
         for _ in 0..count * 2 {
             let i = self.hand.fetch_add(1, Relaxed) % count;
-            let Some(block) = self.registry.get(i as u32).and_then(|b| NonNull::new(b.load(Relaxed))) else {
-                continue;
-            };
-            let frame = self.frame_at(block);
-            let owner = frame.owner.load(Acquire);
-            if owner == 0 {
-                continue;
-            }
-            let pid = (owner - 1) as u32;
-            let Some(entry) = self.table.get(pid) else { continue };
-            if entry.frame.load(Relaxed) != block.as_ptr() {
-                continue; // the frame changed hands since the owner was read
-            }
+            let Some((frame, pid, entry)) = self.page_in_frame(i as u32) else { continue };
             let word = self.state_word(entry);
             let w = word.load();
             match state::state(w) {

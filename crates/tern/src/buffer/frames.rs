@@ -2,9 +2,10 @@
 //!
 //! A frame is one cache-line-aligned block: three header words, then the page. The header holds
 //! the id of the page in the frame (the clock finds a frame's page through it), the page's
-//! kind (the clock favours inner nodes) and the frame's index in the pool's registry; 24 header bytes put the first 40 bytes of the page
-//! (its node header) in the frame's first cache line and the node's slots on a line boundary,
-//! the layout the B+tree's search was tuned for.
+//! kind (the clock favours inner nodes) and the frame's index in the pool's registry; 24
+//! header bytes put the first 40 bytes of the page (its node header) in the frame's first
+//! cache line and the node's slots on a line boundary, the layout the B+tree's search was
+//! tuned for.
 //!
 //! Invariants:
 //! * Frames are carved from anonymous mappings that grow geometrically from 256 KiB to 64 MiB;

@@ -140,8 +140,6 @@ pub struct Pool {
     durable_extent: AtomicU32,
     /// Frames on the free list.
     pub(crate) free_frames: AtomicUsize,
-    /// Frames retired while the pool shrinks (0 once it has: they are past the frame count).
-    retired_frames: AtomicUsize,
     /// Most frames (`usize::MAX`: unbounded): all of the cache at first, then `shrunk_capacity`
     /// once the pool gave the row cache its share.
     capacity: AtomicUsize,
@@ -245,7 +243,6 @@ impl Pool {
             registry: Segmented::new(),
             frame_count: AtomicU32::new(0),
             free_frames: AtomicUsize::new(0),
-            retired_frames: AtomicUsize::new(0),
             capacity: AtomicUsize::new(capacity),
             shrunk_capacity,
             rows: Rows::closed(row_bytes),
@@ -705,7 +702,6 @@ impl Pool {
         let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
         if frame.index.load(Relaxed) as usize >= self.capacity() {
             frames.retired.push(block);
-            self.retired_frames.fetch_add(1, Relaxed);
             self.finish_shrink(&mut frames);
             false
         } else {
@@ -744,7 +740,6 @@ impl Pool {
         let (keep, retire): (Vec<_>, Vec<_>) =
             frames.free.drain(..).partition(|&b| (self.frame_at(b).index.load(Relaxed) as usize) < capacity);
         frames.free = keep;
-        self.retired_frames.fetch_add(retire.len(), Relaxed);
         frames.retired.extend(retire);
         self.free_frames.fetch_sub(before - frames.free.len(), Relaxed);
         self.finish_shrink(frames);
@@ -763,7 +758,6 @@ impl Pool {
         if count > capacity {
             self.frame_count.store(capacity as u32, Release);
         }
-        self.retired_frames.store(0, Relaxed);
         let block = frames.arena.block;
         let mut runs = std::mem::take(&mut frames.retired);
         runs.sort_unstable();
@@ -783,7 +777,9 @@ impl Pool {
     pub fn stats(&self) -> BufferStats {
         let file_pages = u64::from(self.file_pages.load(Relaxed));
         let frames = self.frame_count.load(Relaxed) as u64;
-        let idle = (self.free_frames.load(Relaxed) + self.retired_frames.load(Relaxed)) as u64;
+        // Frames retired while the pool shrinks are still below the frame count.
+        let retired = self.frames.lock().unwrap_or_else(|p| p.into_inner()).retired.len();
+        let idle = (self.free_frames.load(Relaxed) + retired) as u64;
         self.counters.snapshot(
             self.page_size,
             if self.capacity() == usize::MAX { 0 } else { self.capacity() as u64 },

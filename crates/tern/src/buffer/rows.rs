@@ -274,9 +274,8 @@ impl Rows {
     /// Records that page `pid`'s image of generation `tag` stores `key` with the plain value
     /// `value` (replacing any entry for the key in that page). Values longer than
     /// [`MAX_ROW_VALUE`] are not kept.
-    /// Returns whether the cache holds the entry afterwards.
-    pub(crate) fn insert(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) -> bool {
-        self.keep(pid, tag, key, value, false)
+    pub(crate) fn insert(&self, pid: u32, tag: u64, key: &[u8], value: &[u8]) {
+        self.keep(pid, tag, key, value, false);
     }
 
     /// [`insert`](Self::insert) for a read that found `key` in page `pid` resident (a read the
@@ -286,6 +285,7 @@ impl Rows {
         self.keep(pid, tag, key, value, true)
     }
 
+    /// Returns whether the cache holds the entry afterwards.
     fn keep(&self, pid: u32, tag: u64, key: &[u8], value: &[u8], read: bool) -> bool {
         if !self.enabled() || value.len() > MAX_ROW_VALUE {
             return false;
