@@ -602,7 +602,7 @@ impl Db {
         let active = self.inner.active_snapshots();
         let mut done = Collected::default();
         for (shard, items) in self.inner.gc.take_all() {
-            done.add(self.inner.collect_with(shard, items, active.clone()));
+            done.add(self.inner.collect_with(shard, items, active.clone(), true));
         }
         self.inner.count_pass(done);
         GcPass { pruned: done.pruned, folded: done.folded, remaining: done.remaining }
@@ -631,6 +631,7 @@ impl Db {
                 versions_aborted: c(Counter::VersionsAborted),
                 versions_live: created.saturating_sub(freed),
                 queued_keys: inner.gc.queued(),
+                keys_looked: c(Counter::GcKeysLooked),
             },
             locks: inner.locks.stats(),
             tables: inner
@@ -1021,7 +1022,7 @@ impl DbInner {
 
     /// Runs the collection pass `items` of `shard` (made due by a push to `gc`).
     pub fn collect(&self, shard: usize, items: Vec<Item>) {
-        let done = self.collect_with(shard, items, self.active_snapshots());
+        let done = self.collect_with(shard, items, self.active_snapshots(), false);
         self.count_pass(done);
     }
 
@@ -1034,12 +1035,18 @@ impl DbInner {
     }
 
     /// Collects `items` of `shard` given the running snapshots; requeues what is left.
-    fn collect_with(&self, shard: usize, items: Vec<Item>, active: (Vec<u64>, u64)) -> Collected {
+    fn collect_with(&self, shard: usize, items: Vec<Item>, active: (Vec<u64>, u64), full: bool) -> Collected {
         self.gc.free_reclaimed(shard);
         let tables: Vec<Arc<TableInner>> = self.catalog.read().by_id.clone();
         let mut unlinked = gc::Unlinked::default();
-        let (rest, done) =
-            gc::collect(active, items, &self.chains, |id| tables.get(id as usize).map(|t| &t.tree), &mut unlinked);
+        let (rest, done) = gc::collect(
+            active,
+            items,
+            full,
+            &self.chains,
+            |id| tables.get(id as usize).map(|t| &t.tree),
+            &mut unlinked,
+        );
         self.gc.retire(shard, unlinked, &self.chains);
         self.gc.put_back(shard, rest);
         done
@@ -1049,6 +1056,7 @@ impl DbInner {
         self.counters.add_shared(Counter::GcPasses, 1);
         self.counters.add_shared(Counter::VersionsPruned, done.pruned);
         self.counters.add_shared(Counter::VersionsFolded, done.folded);
+        self.counters.add_shared(Counter::GcKeysLooked, done.looked);
     }
 }
 
@@ -1108,6 +1116,12 @@ pub struct GcStats {
     pub versions_live: u64,
     /// Keys queued for collection now.
     pub queued_keys: usize,
+    /// Queued keys the passes looked at (each look reads the key's chain under its leaf's
+    /// latch). A key whose chain cannot fold yet because a running snapshot is older than its
+    /// commit is looked at when queued, then again only once that snapshot has ended or every
+    /// fourth pass of its queue meanwhile (which prunes the versions of snapshots that ended
+    /// since); `Db::gc` looks at every queued key.
+    pub keys_looked: u64,
 }
 
 /// One table's counters.

@@ -207,3 +207,44 @@ fn rewriting_keys_does_not_fragment_leaves() {
     // compacted a leaf.
     assert!(compactions < 100, "{compactions} compactions");
 }
+
+/// A key whose chain a running reader keeps from folding is not looked at by every pass the
+/// writers' commits run meanwhile (the queue doubles between passes, so that would be about
+/// two looks per key, each reading the chain under its leaf's latch), and it still folds at
+/// the first pass after the reader ends.
+#[test]
+fn keys_a_reader_holds_back_are_not_looked_at_by_every_pass() {
+    let db = Db::open_temporary(Options::default()).unwrap();
+    let n = 20_000u64;
+    let mut t = db.begin().unwrap();
+    for i in 0..n {
+        t.put(&key(i), b"original").unwrap();
+    }
+    t.commit().unwrap();
+    db.gc();
+    let reader = db.begin_read().unwrap();
+    let before = db.stats().gc;
+    for i in 0..n {
+        let mut t = db.begin().unwrap();
+        t.put(&key(i), b"updated").unwrap();
+        t.commit().unwrap();
+    }
+    let during = db.stats().gc;
+    let (passes, looked) = (during.passes - before.passes, during.keys_looked - before.keys_looked);
+    assert!(passes >= 5, "{passes} passes");
+    assert!(looked < n * 3 / 2, "{looked} looks at {n} keys in {passes} passes");
+    assert!(during.versions_live >= n, "the reader holds every old value: {during:?}");
+    assert_eq!(reader.get(&key(7)).unwrap().as_deref(), Some(&b"original"[..]));
+    drop(reader);
+    // Commits of other keys until a pass runs: it folds the held keys, the reader gone.
+    let mut i = n;
+    while db.stats().gc.passes == during.passes {
+        let mut t = db.begin().unwrap();
+        t.put(&key(i), b"new").unwrap();
+        t.commit().unwrap();
+        i += 1;
+    }
+    let after = db.stats().gc;
+    assert!(after.versions_live < n / 10, "the first pass after the reader folded what it held: {after:?}");
+    assert_eq!(db.begin_read().unwrap().get(&key(7)).unwrap().as_deref(), Some(&b"updated"[..]));
+}

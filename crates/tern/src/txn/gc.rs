@@ -14,7 +14,14 @@
 //!   sees back into a plain value in the leaf (or removes the key, for a deletion), so memory
 //!   returns to what the data needs once old readers end.
 //!
-//! A key whose chain could not be folded stays queued for the next pass.
+//! A key whose chain could not be folded stays queued. If that is because a running snapshot
+//! is older than the commit that queued it (the chain cannot fold before that snapshot ends),
+//! the next passes leave it untouched until the oldest running snapshot has passed the commit,
+//! and look at it again (pruning what snapshots that ended meanwhile no longer need) every
+//! [`LOOK_AGAIN`]-th pass of its shard at the latest; `Db::gc` looks at every queued key. Each
+//! look reads the chain under its leaf's latch (cache misses at random keys): with 32 writers
+//! on 2 CPUs, preempted transactions hold their snapshots for a time slice, and looking at
+//! every held key at every pass made collection a fifth of the CPU time (docs/txn.md).
 //!
 //! What a pass unlinks (versions, chain ids) is retired as one batch: two deferred functions
 //! (crossbeam-epoch) for the pass, its chain ids and its versions, not one per version. Once no reader can stand on them, the
@@ -45,7 +52,32 @@ pub(crate) struct Item {
     /// The leaf the write left the key in, as the write saw it: the pass starts there if
     /// nothing changed it since (no descent), else it descends.
     pub leaf: Option<LeafHint>,
+    /// The commit's timestamp (0 if unknown): the key's chain cannot fold while a running
+    /// snapshot is older than this.
+    pub ts: u64,
+    /// Whether a pass already looked at the key (and pruned its chain), and how many passes
+    /// held it back since.
+    looked: bool,
+    held: u8,
 }
+
+impl Item {
+    /// A key a commit at `ts` wrote (0: unknown, collected at the next pass whatever runs).
+    pub fn new(table: u32, key: Box<[u8]>, leaf: Option<LeafHint>, ts: u64) -> Item {
+        Item { table, key, leaf, ts, looked: false, held: 0 }
+    }
+
+    /// Whether a pass whose oldest running snapshot is `oldest` should look at the key: the
+    /// first time; once its chain can fold; and at every [`LOOK_AGAIN`]-th pass besides (the
+    /// versions of snapshots that ended meanwhile are pruned then).
+    fn due(&self, oldest: u64) -> bool {
+        !self.looked || self.ts <= oldest || self.held + 1 >= LOOK_AGAIN
+    }
+}
+
+/// A key whose chain a running snapshot keeps from folding is looked at again (a cache miss
+/// or more per look) at the latest at this pass of its shard after the last look.
+const LOOK_AGAIN: u8 = 4;
 
 /// Queued keys of one shard.
 #[derive(Default)]
@@ -68,6 +100,8 @@ pub(crate) struct Collected {
     /// Keys left as a single version because their value is too large for a leaf.
     pub oversized: u64,
     pub remaining: usize,
+    /// Keys the pass looked at.
+    pub looked: u64,
 }
 
 impl Collected {
@@ -76,6 +110,7 @@ impl Collected {
         self.folded += other.folded;
         self.oversized += other.oversized;
         self.remaining += other.remaining;
+        self.looked += other.looked;
     }
 }
 
@@ -227,6 +262,7 @@ impl Gc {
 pub(crate) fn collect<'t>(
     (mut snapshots, horizon): (Vec<u64>, u64),
     items: Vec<Item>,
+    full: bool,
     chains: &Chains,
     tree: impl Fn(u32) -> Option<&'t BTree>,
     unlinked: &mut Unlinked,
@@ -235,11 +271,21 @@ pub(crate) fn collect<'t>(
     snapshots.insert(at, horizon);
     let oldest = snapshots[0];
     let mut done = Collected::default();
-    let mut rest = Vec::new();
+    // Keys already looked at whose chains cannot fold yet wait, untouched (see `Item::due`).
+    let (items, mut rest): (Vec<Item>, Vec<Item>) = items.into_iter().partition(|item| full || item.due(oldest));
+    for item in &mut rest {
+        item.held += 1;
+    }
     // Pruned by the first closure below, folded by the second.
     let mut pruned_versions = Vec::new();
     // In key order, once per key: neighbouring keys share leaves, which stay in the cache.
     let items = in_key_order(items);
+    done.looked = items.len() as u64;
+    let mut rest_at = |mut item: Item| {
+        item.looked = true;
+        item.held = 0;
+        rest.push(item);
+    };
     // One table's run of items at a time, leaf by leaf within it.
     let mut items = items.into_iter().peekable();
     while let Some(table) = items.peek().map(|item| item.table) {
@@ -282,10 +328,10 @@ pub(crate) fn collect<'t>(
                         // One version everyone sees, too large for a leaf: it stays a version,
                         // and there is nothing left to collect.
                         Applied::TooLarge => done.oversized += 1,
-                        _ => rest.push(item),
+                        _ => rest_at(item),
                     }
                 }
-                Err(_) => rest.push(item),
+                Err(_) => rest_at(item),
             },
         );
     }
@@ -313,7 +359,10 @@ fn in_key_order(items: Vec<Item>) -> Vec<Item> {
     let mut sorted: Vec<Item> = Vec::with_capacity(slots.len());
     for (_, _, i) in order {
         let item = slots[i].take().expect("each position once");
-        if sorted.last().is_some_and(|last| last.table == item.table && last.key == item.key) {
+        if let Some(last) = sorted.last_mut().filter(|last| last.table == item.table && last.key == item.key) {
+            // One look for both: the newer commit's, first if either is new.
+            last.ts = last.ts.max(item.ts);
+            last.looked &= item.looked;
             continue;
         }
         sorted.push(item);
@@ -437,7 +486,7 @@ mod tests {
             ),
         ) {
             let items: Vec<Item> =
-                raw.iter().map(|(table, key)| Item { table: *table, key: key.clone().into_boxed_slice(), leaf: None }).collect();
+                raw.iter().map(|(table, key)| Item::new(*table, key.clone().into_boxed_slice(), None, 0)).collect();
             let got: Vec<(u32, Vec<u8>)> = in_key_order(items).into_iter().map(|i| (i.table, i.key.into_vec())).collect();
             let want: Vec<(u32, Vec<u8>)> = raw.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
             prop_assert_eq!(got, want);

@@ -98,9 +98,10 @@ pub(crate) enum Counter {
     VersionsFolded,
     VersionsAborted,
     GcPasses,
+    GcKeysLooked,
 }
 
-const COUNTERS: usize = 11;
+const COUNTERS: usize = 12;
 /// Shards written by one thread each (load and store, no read-modify-write); one more for
 /// everyone else.
 const OWN_SHARDS: usize = 64;

@@ -468,6 +468,8 @@ impl<'db> Txn<'db> {
         let db = self.db;
         let writer = self.writer.as_mut().expect("it wrote");
         let mut lsn = 0;
+        // The commit's timestamp (0 for a transaction whose writes all failed: none drawn).
+        let mut commit_ts = 0;
         if !writer.writes.is_empty() {
             let log = db.durable.as_ref().map(|d| &*d.wal);
             if log.is_some() {
@@ -501,6 +503,7 @@ impl<'db> Txn<'db> {
                 // SAFETY: our version, linked in its chain until we unlock its key (below).
                 unsafe { &*w.version }.ts.store(ts, Release);
             }
+            commit_ts = ts;
             self.slot.state.store(self.seq << 2 | IDLE, Release);
         }
         // Queued for collection straight from the write set (no list of their own); a pass
@@ -509,11 +512,9 @@ impl<'db> Txn<'db> {
         let writes = &mut self.writer.as_mut().expect("it wrote").writes;
         let due = (!writes.is_empty())
             .then(|| {
-                let items = writes.drain(..).map(|w| Item {
-                    table: w.table.as_ref().map_or(0, |t| t.id),
-                    key: w.key,
-                    leaf: Some(w.leaf),
-                });
+                let items = writes
+                    .drain(..)
+                    .map(|w| Item::new(w.table.as_ref().map_or(0, |t| t.id), w.key, Some(w.leaf), commit_ts));
                 self.db.gc.push(shard, items)
             })
             .flatten();
@@ -588,7 +589,7 @@ impl<'db> Txn<'db> {
                     retired += 1;
                     if older {
                         // What is left may fold back into a plain value.
-                        refold.push(Item { table: table.id, key: w.key, leaf: None });
+                        refold.push(Item::new(table.id, w.key, None, 0));
                     }
                 }
                 Ok((_, None)) => debug_assert!(false, "our version was not the newest of its chain"),
