@@ -101,6 +101,12 @@ impl Mapping {
         Ok(())
     }
 
+    /// A second handle to the mapped file, to start writing a range of it back to the disk
+    /// without holding whatever guards the mapping ([`WriteBack::start`]).
+    pub fn write_back_handle(&self) -> io::Result<WriteBack> {
+        Ok(WriteBack(self.file.try_clone()?))
+    }
+
     /// The allocated bytes, to read and write.
     pub fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: `ptr..ptr+len` is a live read-write mapping this value owns (from `map_file`,
@@ -109,6 +115,23 @@ impl Mapping {
         // process created, which nobody else writes or shortens while it is mapped (the log
         // cuts it only after dropping the mapping).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.allocated) }
+    }
+}
+
+/// A handle to a mapped file for starting its write-back ([`Mapping::write_back_handle`]).
+#[derive(Debug)]
+pub struct WriteBack(std::fs::File);
+
+impl WriteBack {
+    /// Starts writing the dirty pages of `len` bytes at `offset` back to the disk and returns
+    /// without waiting for them (`posix_fadvise(POSIX_FADV_DONTNEED)`: pages still mapped stay
+    /// in memory), so that the file's next `fdatasync` waits only for what was dirtied since.
+    /// A hint: a failure is ignored, and elsewhere than Linux nothing happens.
+    pub fn start(&self, offset: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        advise(&self.0, offset, len, libc::POSIX_FADV_DONTNEED);
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
     }
 }
 
