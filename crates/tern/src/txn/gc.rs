@@ -71,7 +71,7 @@ impl Item {
     /// first time; once its chain can fold; and at every [`LOOK_AGAIN`]-th pass besides (the
     /// versions of snapshots that ended meanwhile are pruned then).
     fn due(&self, oldest: u64) -> bool {
-        !self.looked || self.ts <= oldest || self.held + 1 >= LOOK_AGAIN
+        !self.looked || self.ts <= oldest || self.held >= LOOK_AGAIN - 1
     }
 }
 
@@ -274,7 +274,7 @@ pub(crate) fn collect<'t>(
     // Keys already looked at whose chains cannot fold yet wait, untouched (see `Item::due`).
     let (items, mut rest): (Vec<Item>, Vec<Item>) = items.into_iter().partition(|item| full || item.due(oldest));
     for item in &mut rest {
-        item.held += 1;
+        item.held = item.held.saturating_add(1);
     }
     // Pruned by the first closure below, folded by the second.
     let mut pruned_versions = Vec::new();

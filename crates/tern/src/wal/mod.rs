@@ -321,7 +321,7 @@ const PREALLOCATE: u64 = 4 << 20;
 /// A mapped file's records are written back to the disk, without waiting, this far behind
 /// the appends (in whole units of it), each time its blocks are allocated further: the sync
 /// that closes a full file then waits for the last few MiB instead of the whole file (with
-/// everything still dirty, 6–74 ms under the append latch at 64 MiB files), and the pages
+/// everything still dirty, 6–77 ms under the append latch at 64 MiB files), and the pages
 /// being filled are left alone (write-back would make their next store fault again).
 const WRITE_BACK_LAG: usize = 1 << 20;
 
