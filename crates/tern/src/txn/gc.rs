@@ -54,7 +54,7 @@ pub(crate) struct Item {
     pub leaf: Option<LeafHint>,
     /// The commit's timestamp (0 if unknown): the key's chain cannot fold while a running
     /// snapshot is older than this.
-    pub ts: u64,
+    ts: u64,
     /// Whether a pass already looked at the key (and pruned its chain), and how many passes
     /// held it back since.
     looked: bool,

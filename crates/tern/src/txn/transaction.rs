@@ -468,7 +468,7 @@ impl<'db> Txn<'db> {
         let db = self.db;
         let writer = self.writer.as_mut().expect("it wrote");
         let mut lsn = 0;
-        // The commit's timestamp (0 for a transaction whose writes all failed: none drawn).
+        // The commit's timestamp, drawn below whenever there are writes to queue.
         let mut commit_ts = 0;
         if !writer.writes.is_empty() {
             let log = db.durable.as_ref().map(|d| &*d.wal);
