@@ -541,8 +541,11 @@ impl Db {
     /// created), [`Error::TableExists`], the key and value errors of [`Txn::put`], and the
     /// checkpoint's I/O errors (the table is then not created). Other table creations wait for
     /// the load. `entries` must not write to this database: a checkpoint that starts meanwhile
-    /// waits for the load, and a write waits for that checkpoint. Pages of a load that fails
-    /// half-way are reclaimed when the database is next opened.
+    /// waits for the load, and a write waits for that checkpoint. A load that fails half-way
+    /// frees every page it wrote before it returns.
+    ///
+    /// With a page file, finished pages are written back from a second thread while the load
+    /// goes on, so the checkpoint at the end has little left to write.
     pub fn load_table<K, V>(&self, name: &str, entries: impl IntoIterator<Item = (K, V)>) -> Result<Table>
     where
         K: AsRef<[u8]>,

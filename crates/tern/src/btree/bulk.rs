@@ -7,11 +7,19 @@
 //! are taken: the tree is not shared until `bulk_load` returns it. The epoch is pinned per node
 //! written, never across the whole load: a long pin would stall page reclamation in every tree
 //! of the process.
+//!
+//! Invariants:
+//! * A page is handed to the write-behind thread ([`Behind`]) only once it is finished (its
+//!   exclusive guard dropped, never changed again by the load); the thread writes it back like
+//!   the evictor does (`Pool::write_behind`), so the checkpoint that makes a loaded table
+//!   durable finds most of its pages clean. The thread is joined before the load returns.
+//! * A load that fails frees every page it allocated (nodes, overflow chains, the tree's first
+//!   page) before it returns the error: nothing is left allocated and unreachable.
 
 use super::node::{self, Entry, NodeSpec, FLAG_OVERFLOW};
 use super::overflow;
 use super::tree::{shortest_separator, BTree, TreeConfig, MAX_VALUE};
-use crate::buffer::Kind;
+use crate::buffer::{Kind, Pool};
 use crate::{Error, Result};
 
 /// Fraction of a page bulk loading fills, in percent.
@@ -21,6 +29,77 @@ const FILL_PERCENT: usize = 90;
 struct Built {
     pid: u32,
     lower: Option<Vec<u8>>,
+}
+
+/// Finished pages sent to the write-behind thread at a time.
+const WRITE_BEHIND: usize = 64;
+
+/// What a load has allocated and not yet linked under a root: freed if the load fails.
+#[derive(Default)]
+struct Unlinked {
+    /// The finished level below the one being built (each node with what is under it).
+    below: Vec<Built>,
+    /// The nodes of the level being built (their children are in `below`, or they are leaves).
+    level: Vec<Built>,
+    /// Leaf entries not yet in a node (their overflow chains are allocated).
+    pending: Vec<Entry>,
+}
+
+/// The write-behind thread's inbox: finished pages, sent in batches of [`WRITE_BEHIND`].
+struct Behind {
+    sender: Option<std::sync::mpsc::SyncSender<Vec<u32>>>,
+    batch: Vec<u32>,
+}
+
+impl Behind {
+    /// Starts the writer in `scope` if `pool` writes to a file (without a thread, the pages
+    /// stay dirty for the checkpoint or the evictor).
+    fn start<'scope>(scope: &'scope std::thread::Scope<'scope, '_>, pool: &'scope Pool) -> Behind {
+        let none = Behind { sender: None, batch: Vec::new() };
+        if !pool.writes_behind() {
+            return none;
+        }
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u32>>(16);
+        let spawned = std::thread::Builder::new().name("tern-load-writer".into()).spawn_scoped(scope, move || {
+            for mut batch in receiver {
+                // An error stops the writer (the pages stay dirty); the checkpoint reports it.
+                if pool.write_behind(&mut batch).is_err() {
+                    return;
+                }
+            }
+        });
+        match spawned {
+            Ok(_) => Behind { sender: Some(sender), batch: Vec::with_capacity(WRITE_BEHIND) },
+            Err(_) => none,
+        }
+    }
+
+    /// Hands finished page `pid` on.
+    fn push(&mut self, pid: u32) {
+        if self.sender.is_none() {
+            return;
+        }
+        self.batch.push(pid);
+        if self.batch.len() >= WRITE_BEHIND {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(WRITE_BEHIND));
+        if let Some(sender) = &self.sender {
+            if sender.send(batch).is_err() {
+                self.sender = None; // the writer stopped
+            }
+        }
+    }
+
+    /// Sends the last batch and lets the writer finish (the scope joins it).
+    fn finish(mut self) {
+        if !self.batch.is_empty() {
+            self.send();
+        }
+    }
 }
 
 impl BTree {
@@ -36,10 +115,12 @@ impl BTree {
     }
 
     /// [`BTree::bulk_load`] into a tree whose pages live in `pool`. Pages are written as they
-    /// fill, so a pool that evicts streams the load through its cache.
+    /// fill, so a pool that evicts streams the load through its cache; a pool with a file also
+    /// has them written back from a second thread while the load goes on. A load that fails
+    /// frees every page it allocated.
     pub fn bulk_load_in<K, V>(
         config: TreeConfig,
-        pool: std::sync::Arc<crate::buffer::Pool>,
+        pool: std::sync::Arc<Pool>,
         entries: impl IntoIterator<Item = (K, V)>,
     ) -> Result<BTree>
     where
@@ -51,20 +132,72 @@ impl BTree {
         // checkpoint of the pool waits for it, so `entries` must not wait for a write to the
         // same pool. Recovery loads before checkpoints run.
         let gate = tree.pool.enter_write();
-        let mut level = tree.load_leaves(entries)?;
-        let mut height = 0u8;
-        while level.len() > 1 {
-            height += 1;
-            level = tree.load_inner_level(&level, height)?;
-        }
-        if let Some(root) = level.first() {
-            let old = tree.replace_root(root.pid);
-            if let Some(page) = tree.pool.exclusive(old)? {
-                tree.free_page(&page);
+        let mut unlinked = Unlinked::default();
+        let built = std::thread::scope(|scope| {
+            let mut behind = Behind::start(scope, &tree.pool);
+            let built = tree.build(entries, &mut unlinked, &mut behind);
+            behind.finish();
+            built
+        });
+        let result = match built {
+            Ok(root) => {
+                let old = tree.replace_root(root);
+                tree.free_subtree(old, &crossbeam_epoch::pin());
+                Ok(())
+            }
+            Err(e) => {
+                tree.free_unlinked(unlinked);
+                Err(e)
+            }
+        };
+        drop(gate);
+        match result {
+            Ok(()) => Ok(tree),
+            Err(e) => {
+                tree.free_all(); // the first, empty root
+                Err(e)
             }
         }
-        drop(gate);
-        Ok(tree)
+    }
+
+    /// Builds the levels bottom up; returns the root's page id. What is allocated and not yet
+    /// under a node of the level being built stays in `unlinked`.
+    fn build<K, V>(
+        &self,
+        entries: impl IntoIterator<Item = (K, V)>,
+        unlinked: &mut Unlinked,
+        behind: &mut Behind,
+    ) -> Result<u32>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        self.load_leaves(entries, unlinked, behind)?;
+        let mut height = 0u8;
+        while unlinked.level.len() > 1 {
+            height += 1;
+            unlinked.below = std::mem::take(&mut unlinked.level);
+            self.load_inner_level(unlinked, height, behind)?;
+            unlinked.below.clear(); // all under the new level's nodes now
+        }
+        Ok(unlinked.level.first().expect("a load builds at least one leaf").pid)
+    }
+
+    /// Frees what a failed load allocated (the tree is not shared).
+    fn free_unlinked(&self, unlinked: Unlinked) {
+        let guard = crossbeam_epoch::pin();
+        for entry in unlinked.pending.iter().filter(|e| e.flags & FLAG_OVERFLOW != 0) {
+            let (first, len) = overflow::parse_reference(&entry.value);
+            overflow::free(self, first, len);
+        }
+        // The level being built: its nodes alone (a leaf with its values), their children are
+        // all in `below`.
+        for node in &unlinked.level {
+            self.free_node(node.pid, false, &guard);
+        }
+        for node in &unlinked.below {
+            self.free_node(node.pid, true, &guard);
+        }
     }
 
     /// The largest a node gets while bulk loading.
@@ -72,13 +205,17 @@ impl BTree {
         self.pool.page_size() * FILL_PERCENT / 100
     }
 
-    fn load_leaves<K, V>(&self, entries: impl IntoIterator<Item = (K, V)>) -> Result<Vec<Built>>
+    fn load_leaves<K, V>(
+        &self,
+        entries: impl IntoIterator<Item = (K, V)>,
+        unlinked: &mut Unlinked,
+        behind: &mut Behind,
+    ) -> Result<()>
     where
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let mut built = Vec::new();
-        let mut pending: Vec<Entry> = Vec::new();
+        let Unlinked { level: built, pending, .. } = unlinked;
         let mut lower: Option<Vec<u8>> = None;
         for (key, value) in entries {
             let (key, value) = (key.as_ref(), value.as_ref());
@@ -94,25 +231,34 @@ impl BTree {
                     )));
                 }
             }
-            let entry = self.leaf_entry(key, value)?;
+            let entry = self.leaf_entry(key, value, behind)?;
             pending.push(entry);
-            if !self.fits_bulk(true, lower.as_deref(), &pending) && pending.len() > 1 {
+            if !self.fits_bulk(true, lower.as_deref(), pending) && pending.len() > 1 {
                 let next = pending.pop().expect("just pushed");
                 let separator = shortest_separator(&pending.last().expect("len > 1").key, &next.key);
-                built.push(self.emit(true, 0, lower.take(), Some(&separator), &pending, 0)?);
-                pending = vec![next];
+                match self.emit(true, 0, lower.take(), Some(&separator), pending, 0, behind) {
+                    Ok(leaf) => built.push(leaf),
+                    Err(e) => {
+                        pending.push(next); // its overflow chain is freed with the others
+                        return Err(e);
+                    }
+                }
+                pending.clear();
+                pending.push(next);
                 lower = Some(separator);
             }
         }
-        built.push(self.emit(true, 0, lower, None, &pending, 0)?);
-        Ok(built)
+        built.push(self.emit(true, 0, lower, None, pending, 0, behind)?);
+        pending.clear();
+        Ok(())
     }
 
-    /// One level of inner nodes over `children` (whose fences chain). A node over children
-    /// `c_a..=c_b` has separators `f_{a+1}..=f_b` (the children's lower fences) pointing at
-    /// `c_a..c_b`, upper child `c_b`, and fences `[f_a, f_{b+1})`.
-    fn load_inner_level(&self, children: &[Built], level: u8) -> Result<Vec<Built>> {
-        let mut built = Vec::new();
+    /// One level of inner nodes over the nodes of `unlinked.below` (whose fences chain), into
+    /// `unlinked.level`. A node over children `c_a..=c_b` has separators `f_{a+1}..=f_b` (the
+    /// children's lower fences) pointing at `c_a..c_b`, upper child `c_b`, and fences
+    /// `[f_a, f_{b+1})`.
+    fn load_inner_level(&self, unlinked: &mut Unlinked, level: u8, behind: &mut Behind) -> Result<()> {
+        let Unlinked { below: children, level: built, .. } = unlinked;
         let mut first = 0; // the current node's first child
         let mut pending: Vec<Entry> = Vec::new();
         for i in 1..children.len() {
@@ -122,14 +268,15 @@ impl BTree {
                 // Close the node at child i-1 (its upper child); child i starts the next one.
                 let overflow = pending.pop().expect("len > 1");
                 let lower = children[first].lower.clone();
-                built.push(self.emit(false, level, lower, Some(&overflow.key), &pending, children[i - 1].pid)?);
+                let upper_child = children[i - 1].pid;
+                built.push(self.emit(false, level, lower, Some(&overflow.key), &pending, upper_child, behind)?);
                 pending.clear();
                 first = i;
             }
         }
         let last = children.last().expect("at least two children").pid;
-        built.push(self.emit(false, level, children[first].lower.clone(), None, &pending, last)?);
-        Ok(built)
+        built.push(self.emit(false, level, children[first].lower.clone(), None, &pending, last, behind)?);
+        Ok(())
     }
 
     /// Whether `entries` fit a node under the fill target, reserving room for an upper fence
@@ -139,7 +286,8 @@ impl BTree {
         node::required_space(&spec, entries, self.layout) + self.max_key_len() <= self.fill_target()
     }
 
-    /// Writes one node to a fresh page.
+    /// Writes one node to a fresh page, and hands the finished page to the writer.
+    #[allow(clippy::too_many_arguments)]
     fn emit(
         &self,
         leaf: bool,
@@ -148,20 +296,21 @@ impl BTree {
         upper: Option<&[u8]>,
         entries: &[Entry],
         upper_child: u32,
+        behind: &mut Behind,
     ) -> Result<Built> {
         let (pid, page) = self.alloc(if leaf { Kind::Leaf } else { Kind::Inner })?;
         let spec = NodeSpec { leaf, level, lower: lower.as_deref(), upper, upper_child };
         node::build(page.page(), &spec, entries, self.layout, self.hints);
+        drop(page);
+        behind.push(pid);
         Ok(Built { pid, lower })
     }
 
     /// A leaf entry for `key` → `value`, writing large values to overflow pages.
-    fn leaf_entry(&self, key: &[u8], value: &[u8]) -> Result<Entry> {
-        Ok(if key.len() + value.len() > self.pool.page_size() / 4 {
-            let first = overflow::write(self, value)?;
-            let mut r = first.to_le_bytes().to_vec();
-            r.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            Entry { key: key.to_vec(), value: r, flags: FLAG_OVERFLOW, child: 0 }
+    fn leaf_entry(&self, key: &[u8], value: &[u8], behind: &mut Behind) -> Result<Entry> {
+        Ok(if key.len() + value.len() > self.max_inline() {
+            let first = overflow::write(self, value, |pid| behind.push(pid))?;
+            Entry { key: key.to_vec(), value: overflow::reference(first, value.len()), flags: FLAG_OVERFLOW, child: 0 }
         } else {
             Entry { key: key.to_vec(), value: value.to_vec(), flags: 0, child: 0 }
         })

@@ -15,9 +15,23 @@ const NEXT: usize = 0;
 const LEN: usize = 4;
 const DATA: usize = 8;
 
-/// Writes `value` into a new chain of `tree`'s; returns its first page id. On an error the
-/// pages written so far are freed.
-pub(crate) fn write(tree: &BTree, value: &[u8]) -> Result<u32> {
+/// The 8 bytes a leaf stores for a chain: its first page id and the value's length.
+pub(crate) fn reference(first: u32, len: usize) -> Vec<u8> {
+    let mut r = first.to_le_bytes().to_vec();
+    r.extend_from_slice(&(len as u32).to_le_bytes());
+    r
+}
+
+/// The first page id and the value's length from a [`reference`].
+pub(crate) fn parse_reference(r: &[u8]) -> (u32, usize) {
+    let word = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().expect("4 bytes"));
+    (word(0), word(4) as usize)
+}
+
+/// Writes `value` into a new chain of `tree`'s; returns its first page id. `finished` is
+/// told each page once it is written (and unlatched). On an error the pages written so far
+/// are freed.
+pub(crate) fn write(tree: &BTree, value: &[u8], mut finished: impl FnMut(u32)) -> Result<u32> {
     let per_page = tree.pool.page_size() - DATA;
     let mut next = NO_PAGE;
     let mut written = 0;
@@ -35,6 +49,8 @@ pub(crate) fn write(tree: &BTree, value: &[u8]) -> Result<u32> {
         page.page().set_u32(NEXT, next);
         page.page().set_u32(LEN, chunk.len() as u32);
         page.page().write(DATA, chunk);
+        drop(page);
+        finished(pid);
         next = pid;
         written += chunk.len();
     }
@@ -108,7 +124,7 @@ mod tests {
         let base = tree.stats().pages;
         for len in [1usize, 4087, 4088, 4089, 100_000] {
             let value: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-            let first = write(&tree, &value).unwrap();
+            let first = write(&tree, &value, |_| {}).unwrap();
             assert_eq!(tree.stats().pages, base + len.div_ceil(4088));
             let mut out = Vec::new();
             read(&tree.pool, first, len, &mut out).unwrap();

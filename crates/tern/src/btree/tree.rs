@@ -620,10 +620,8 @@ impl BTree {
         let guard = crossbeam_epoch::pin();
         // A large value goes to overflow pages first; the leaf stores a reference.
         let (stored, flags) = if key.len() + value.len() > self.max_inline() {
-            let first = overflow::write(self, value)?;
-            let mut r = first.to_le_bytes().to_vec();
-            r.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            (std::borrow::Cow::Owned(r), FLAG_OVERFLOW)
+            let first = overflow::write(self, value, |_| {})?;
+            (std::borrow::Cow::Owned(overflow::reference(first, value.len())), FLAG_OVERFLOW)
         } else {
             (std::borrow::Cow::Borrowed(value), 0)
         };
@@ -632,14 +630,14 @@ impl BTree {
                 Ok(existed) => {
                     if existed && mode == PutMode::InsertNew && flags & FLAG_OVERFLOW != 0 {
                         // Not inserted: the chain written above is unused.
-                        overflow::free(self, u32::from_le_bytes(stored[..4].try_into().expect("4")), value.len());
+                        overflow::free(self, overflow::parse_reference(&stored).0, value.len());
                     }
                     return Ok(if mode == PutMode::InsertNew { !existed } else { existed });
                 }
                 Err(Abort::Restart) => self.count_restart(),
                 Err(Abort::Fail(e)) => {
                     if flags & FLAG_OVERFLOW != 0 {
-                        overflow::free(self, u32::from_le_bytes(stored[..4].try_into().expect("4")), value.len());
+                        overflow::free(self, overflow::parse_reference(&stored).0, value.len());
                     }
                     return Err(e);
                 }
@@ -1030,7 +1028,13 @@ impl BTree {
     }
 
     /// Frees page `pid` and everything below it (the tree is no longer shared).
-    fn free_subtree(&self, pid: u32, guard: &Guard) {
+    pub(crate) fn free_subtree(&self, pid: u32, guard: &Guard) {
+        self.free_node(pid, true, guard);
+    }
+
+    /// Frees page `pid` (the tree is no longer shared): a leaf with its values' overflow
+    /// chains, an inner node with its children too if `below`.
+    pub(crate) fn free_node(&self, pid: u32, below: bool, guard: &Guard) {
         let page = match self.pool.exclusive(pid) {
             Ok(Some(page)) => page,
             Ok(None) => return,
@@ -1041,7 +1045,7 @@ impl BTree {
             for slot in 0..n.count() {
                 self.free_value(n, slot, guard);
             }
-        } else {
+        } else if below {
             for slot in 0..n.count() {
                 self.free_subtree(n.child(slot), guard);
             }

@@ -312,6 +312,29 @@ impl Pool {
         Ok(())
     }
 
+    /// Whether [`write_behind`](Self::write_behind) writes anything: the pool has a file that
+    /// takes writes.
+    pub(crate) fn writes_behind(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| !f.refuses_writes())
+    }
+
+    /// Writes back the finished dirty pages `pids` (a bulk load's, `btree/bulk.rs`) as the
+    /// evictor would, then has the kernel start writing them to the disk, so that neither the
+    /// checkpoint after the load nor the page cache's flusher has them all to write at once.
+    /// Pages that changed or left meanwhile are skipped.
+    pub(crate) fn write_behind(&self, pids: &mut [u32]) -> Result<()> {
+        let Some(file) = self.file.as_ref() else { return Ok(()) };
+        self.write_back(pids)?; // sorts `pids`
+        let mut run = 0;
+        for i in 1..=pids.len() {
+            if i == pids.len() || pids[i] != pids[i - 1] + 1 {
+                file.start_writing(pids[run], (i - run) as u32);
+                run = i;
+            }
+        }
+        Ok(())
+    }
+
     /// The clock's first pass over page `pid` alone: marks it if resident and unlatched
     /// (tests).
     #[cfg(all(test, not(loom)))]

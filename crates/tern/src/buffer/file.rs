@@ -149,6 +149,15 @@ impl PageFile {
             .map_err(|source| Error::Io { what: format!("cutting {} to {len} bytes", self.name()), source })
     }
 
+    /// Has the kernel start writing the blocks of pages `first..first + pages` to the disk
+    /// (both slots: the range is contiguous) and drop them from the page cache once written:
+    /// pages a bulk load finished, read again only if evicted (a hint; see `Fs`'s
+    /// `RandomFile::wont_need`).
+    pub(crate) fn start_writing(&self, first: u32, pages: u32) {
+        let start = self.offset(first, 0);
+        self.file.wont_need(start, self.offset(first + pages, 0) - start);
+    }
+
     /// Starts reading page `pid`'s block ahead of need.
     pub(crate) fn will_need(&self, pid: u32, slot: u8) {
         self.file.will_need(self.offset(pid, slot), self.page_size as u64);
