@@ -9,6 +9,11 @@
 //! files it reads and writes, kernel memory. Swap is capped too where the kernel offers it
 //! (`memory.swap.max` = 0; `memory.memsw.limit_in_bytes` = the limit), so the limit is on memory,
 //! not memory plus swap.
+//!
+//! A group is named `tern-bench-<pid>-<engine>` ([`group_name`]). A run killed outright (no
+//! chance to remove its groups) leaves them behind, empty once its workers exit (they watch
+//! their parent, `worker.rs`): each new run removes, before it makes its own, the groups named
+//! for a process that no longer exists and made more than a minute ago (`sweep_stale`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,7 +52,10 @@ impl MemoryCgroup {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mut why = Vec::new();
         for version in [Version::V2, Version::V1] {
-            let made = parent_dir(version, &mounts, &own).and_then(|parent| make(&parent, name, version, limit));
+            let made = parent_dir(version, &mounts, &own).and_then(|parent| {
+                sweep_stale(&parent, STALE_AFTER);
+                make(&parent, name, version, limit)
+            });
             match made {
                 Ok(group) => return Ok(group),
                 Err(m) => why.push(m),
@@ -108,6 +116,40 @@ impl Drop for MemoryCgroup {
             eprintln!("warning: could not remove the cgroup {}: {e}", self.path.display());
         }
     }
+}
+
+/// The name of the group this process makes for engine `engine`: `tern-bench-<pid>-<engine>`.
+pub fn group_name(engine: &str) -> String {
+    format!("tern-bench-{}-{engine}", std::process::id())
+}
+
+/// The process id a [`group_name`] names.
+fn owner_pid(name: &str) -> Option<u32> {
+    name.strip_prefix("tern-bench-")?.split('-').next()?.parse().ok()
+}
+
+/// How old a group of a gone process must be before [`sweep_stale`] removes it.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// Removes the groups under `parent` that benchmark runs made and could not remove (the run was
+/// killed outright): named by [`group_name`] for a process that no longer exists, and made more
+/// than `age` ago. The kernel removes only empty groups, so a group with a process in it stays
+/// whatever its name says; errors are ignored. Returns the groups removed.
+fn sweep_stale(parent: &Path, age: Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(owner_pid) else { continue };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let old = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+        if old.is_some_and(|old| old > age) && std::fs::remove_dir(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Removes a cgroup directory, waiting up to a second for its last processes to leave it.
@@ -239,5 +281,36 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         assert_eq!(own_path(Version::V1, OWN).as_deref(), Some("/a/b"));
         assert_eq!(own_path(Version::V1, "0::/\n"), None);
         assert_eq!(mount_point("proc /proc proc rw 0 0\n", |fs, _| fs == "cgroup2"), None);
+    }
+
+    #[test]
+    fn a_group_names_the_process_that_made_it() {
+        assert_eq!(owner_pid(&group_name("wiredtiger")), Some(std::process::id()));
+        assert_eq!(owner_pid("tern-bench-17-lmdb"), Some(17));
+        assert_eq!(owner_pid("tern-bench-x-lmdb"), None);
+        assert_eq!(owner_pid("system.slice"), None);
+    }
+
+    #[test]
+    fn only_groups_of_gone_processes_are_swept() {
+        let parent = tempfile::tempdir().unwrap();
+        // Above any pid_max Linux allows (2^22): no such process.
+        let gone = "tern-bench-4000000000-lmdb";
+        let names = [group_name("tern"), gone.to_string(), "tern-bench-4000000001-rocksdb".into(), "user".into()];
+        for name in &names {
+            std::fs::create_dir(parent.path().join(name)).unwrap();
+        }
+        // Made long ago: all but the second gone process's group.
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for name in [&names[0], &names[1], &names[3]] {
+            std::fs::File::open(parent.path().join(name)).unwrap().set_modified(long_ago).unwrap();
+        }
+        assert_eq!(sweep_stale(parent.path(), STALE_AFTER), 1);
+        let mut left: Vec<String> =
+            std::fs::read_dir(parent.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        let mut want = vec![names[0].clone(), names[2].clone(), names[3].clone()];
+        want.sort();
+        assert_eq!(left, want, "a live process's, a recent one's and a foreign group stay");
     }
 }

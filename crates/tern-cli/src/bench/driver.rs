@@ -386,6 +386,8 @@ pub trait EngineRun {
     fn limit_note(&self) -> Option<String> {
         None
     }
+    /// The engine's data directory (`None`: none, or not known yet).
+    fn data_dir(&self) -> Option<PathBuf>;
     /// Loads job `job`'s items (timed); `None` if interrupted.
     fn load(&self, job: usize) -> Result<Option<Sample>, String>;
     /// Sets up job `job`'s shared state after the load and earlier jobs ([`Job::loaded`]).
@@ -453,6 +455,10 @@ impl EngineRun for LocalEngine<'_> {
 
     fn disk_bytes(&self) -> Option<u64> {
         *self.disk_bytes.lock()
+    }
+
+    fn data_dir(&self) -> Option<PathBuf> {
+        LocalEngine::data_dir(self)
     }
 
     fn load(&self, i: usize) -> Result<Option<Sample>, String> {
@@ -786,7 +792,15 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             None => break,
         }
     }
-    let load_notes = memory_notes(&engines);
+    // Every engine's writes reach the disk before any run: the last engine loaded must not pay
+    // for the write-back of the ones before it.
+    let dirs: Vec<PathBuf> = engines.iter().filter_map(|e| e.data_dir()).collect();
+    let settled = super::settle::sync_dirs(&dirs);
+    for r in &mut load_records {
+        r.extra.insert("synced_after_load_secs".into(), json!(runner::round3(settled.secs)));
+    }
+    let mut load_notes = memory_notes(&engines);
+    load_notes.push(settled.line());
     let title = format!(
         "{} load phase ({} thread(s), {} items per transaction): {}",
         first.bench(),

@@ -19,6 +19,7 @@ pub mod recovery;
 pub mod report;
 pub mod runner;
 pub mod search;
+pub mod settle;
 pub mod tpcb;
 pub mod tree;
 pub mod txn;

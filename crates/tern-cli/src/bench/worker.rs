@@ -185,6 +185,7 @@ pub fn serve() -> Result<(), String> {
         Ok(e) => e,
         Err(message) => return send(&Reply::Failed { message }),
     };
+    watch_parent(engine.data_dir());
     send(&Reply::Opened { config: engine.config(), cache_bytes: engine.cache_bytes(), data_dir: engine.data_dir() })?;
     while let Some(request) = next()? {
         let reply = match request {
@@ -219,6 +220,26 @@ pub fn serve() -> Result<(), String> {
     // Closing the engine removes its data directory.
     drop(engine);
     Ok(())
+}
+
+/// Ends this worker once its parent (the benchmark) is gone, even in the middle of a request:
+/// a worker busy loading reads no request, so the end of its stdin alone would leave it running
+/// for minutes. Polls the parent's process id every 250 ms; once it changed (the worker was
+/// handed to another process), removes the engine's data directory and exits.
+fn watch_parent(data_dir: Option<PathBuf>) {
+    let parent = std::os::unix::process::parent_id();
+    let watch = move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if std::os::unix::process::parent_id() != parent {
+            if let Some(dir) = &data_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            eprintln!("worker: the benchmark that started this worker is gone; exiting");
+            std::process::exit(3);
+        }
+    };
+    // Without the thread, the end of stdin still ends the worker between requests.
+    let _ = std::thread::Builder::new().name("tern-worker-watch".into()).spawn(watch);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,7 +299,7 @@ pub fn spawn_all(names: &[String], args: &DriverArgs, jobs: &[&dyn Job], limit: 
     let specs: Vec<JobSpec> = jobs.iter().map(|j| j.spec()).collect();
     let mut workers = Vec::new();
     for name in names {
-        let group = MemoryCgroup::create(&format!("tern-bench-{}-{name}", std::process::id()), limit)?;
+        let group = MemoryCgroup::create(&cgroup::group_name(name), limit)?;
         let mut child = Command::new(&exe)
             .args(["bench", "worker"])
             .stdin(Stdio::piped())
@@ -451,6 +472,10 @@ impl EngineRun for Worker {
             tern_peers::format_mib(self.cgroup.limit()),
             self.cgroup.path().display()
         ))
+    }
+
+    fn data_dir(&self) -> Option<PathBuf> {
+        self.data_dir.clone()
     }
 
     fn load(&self, _job: usize) -> Result<Option<Sample>, String> {
