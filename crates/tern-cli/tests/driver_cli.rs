@@ -13,7 +13,9 @@ fn json_lines(stdout: &str) -> Vec<Value> {
     stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect()
 }
 
-const SMALL: [&str; 6] = ["--records", "3000", "--duration", "0.05", "--rounds", "1"];
+/// A small run: a fixed number of operations per point, not a duration (a 0.05 s point on a
+/// loaded CI machine once measured no operation at all).
+const SMALL: [&str; 6] = ["--records", "3000", "--operations", "2000", "--rounds", "1"];
 
 #[test]
 fn ycsb_reports_load_and_run_phases_with_per_operation_latencies() {
@@ -136,7 +138,7 @@ fn compare_runs_every_engine_of_the_build_at_sync_durability() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec!["bench", "compare", "--workload", "a", "--durability", "sync", "--threads", "1", "--json"];
     args.extend(["--dir", dir.path().to_str().unwrap()]);
-    args.extend(["--records", "1000", "--duration", "0.1", "--rounds", "1"]);
+    args.extend(["--records", "1000", "--operations", "200", "--rounds", "1"]);
     let (ok, stdout, stderr) = tern(&args);
     assert!(ok, "{stderr}");
     let runs: Vec<Value> = json_lines(&stdout).into_iter().filter(|l| l["phase"] == "run").collect();
