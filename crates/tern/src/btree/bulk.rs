@@ -16,7 +16,7 @@
 //! * A load that fails frees every page it allocated (nodes, overflow chains, the tree's first
 //!   page) before it returns the error: nothing is left allocated and unreachable.
 
-use super::node::{self, Entry, NodeSpec, FLAG_OVERFLOW};
+use super::node::{self, EntryRef, NodeSpec, FLAG_OVERFLOW};
 use super::overflow;
 use super::tree::{shortest_separator, BTree, TreeConfig, MAX_VALUE};
 use crate::buffer::{Kind, Pool};
@@ -42,7 +42,80 @@ struct Unlinked {
     /// The nodes of the level being built (their children are in `below`, or they are leaves).
     level: Vec<Built>,
     /// Leaf entries not yet in a node (their overflow chains are allocated).
-    pending: Vec<Entry>,
+    pending: PendingLeaf,
+}
+
+/// The entries of the leaf being filled, their keys and values in one buffer: no allocation
+/// per entry.
+#[derive(Default)]
+struct PendingLeaf {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+    /// The keys' and values' bytes, summed.
+    record_bytes: usize,
+}
+
+/// One entry of a [`PendingLeaf`]: its key at `start`, its value right after.
+#[derive(Clone, Copy)]
+struct Item {
+    start: usize,
+    key_len: usize,
+    value_len: usize,
+    flags: u16,
+}
+
+impl PendingLeaf {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8], flags: u16) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        self.items.push(Item { start, key_len: key.len(), value_len: value.len(), flags });
+        self.record_bytes += key.len() + value.len();
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let it = self.items[i];
+        &self.bytes[it.start..it.start + it.key_len]
+    }
+
+    fn entry(&self, it: Item) -> EntryRef<'_> {
+        let value = it.start + it.key_len;
+        EntryRef {
+            key: &self.bytes[it.start..value],
+            value: &self.bytes[value..value + it.value_len],
+            flags: it.flags,
+            child: 0,
+        }
+    }
+
+    /// The first `n` entries, as a node is built from them.
+    fn entries(&self, n: usize) -> Vec<EntryRef<'_>> {
+        self.items[..n].iter().map(|&it| self.entry(it)).collect()
+    }
+
+    /// The overflow references among the values (their chains are allocated).
+    fn overflow_refs(&self) -> impl Iterator<Item = &[u8]> {
+        self.items.iter().filter(|it| it.flags & FLAG_OVERFLOW != 0).map(|&it| self.entry(it).value)
+    }
+
+    /// Keeps only the last entry: the first of the next leaf.
+    fn keep_last(&mut self) {
+        let last = self.items.pop().expect("a pending entry");
+        self.bytes.drain(..last.start);
+        self.items.clear();
+        self.items.push(Item { start: 0, ..last });
+        self.record_bytes = last.key_len + last.value_len;
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+        self.record_bytes = 0;
+    }
 }
 
 /// The write-behind thread's inbox: finished pages, sent in batches of [`WRITE_BEHIND`].
@@ -186,8 +259,8 @@ impl BTree {
     /// Frees what a failed load allocated (the tree is not shared).
     fn free_unlinked(&self, unlinked: Unlinked) {
         let guard = crossbeam_epoch::pin();
-        for entry in unlinked.pending.iter().filter(|e| e.flags & FLAG_OVERFLOW != 0) {
-            let (first, len) = overflow::parse_reference(&entry.value);
+        for reference in unlinked.pending.overflow_refs() {
+            let (first, len) = overflow::parse_reference(reference);
             overflow::free(self, first, len);
         }
         // The level being built: its nodes alone (a leaf with its values), their children are
@@ -223,32 +296,31 @@ impl BTree {
             if value.len() > MAX_VALUE {
                 return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE });
             }
-            if let Some(last) = pending.last() {
-                if key <= last.key.as_slice() {
+            if let Some(last) = pending.len().checked_sub(1) {
+                if key <= pending.key(last) {
                     return Err(Error::InvalidArgument(format!(
                         "bulk load input must be strictly increasing: {key:?} after {:?}",
-                        last.key
+                        pending.key(last)
                     )));
                 }
             }
-            let entry = self.leaf_entry(key, value, behind)?;
-            pending.push(entry);
-            if !self.fits_bulk(true, lower.as_deref(), pending) && pending.len() > 1 {
-                let next = pending.pop().expect("just pushed");
-                let separator = shortest_separator(&pending.last().expect("len > 1").key, &next.key);
-                match self.emit(true, 0, lower.take(), Some(&separator), pending, 0, behind) {
-                    Ok(leaf) => built.push(leaf),
-                    Err(e) => {
-                        pending.push(next); // its overflow chain is freed with the others
-                        return Err(e);
-                    }
-                }
-                pending.clear();
-                pending.push(next);
+            if key.len() + value.len() > self.max_inline() {
+                let first = overflow::write(self, value, |pid| behind.push(pid))?;
+                pending.push(key, &overflow::reference(first, value.len()), FLAG_OVERFLOW);
+            } else {
+                pending.push(key, value, 0);
+            }
+            let n = pending.len();
+            if n > 1 && !self.fits_bulk(true, lower.as_deref(), n, pending.record_bytes) {
+                // Close the leaf before the entry just pushed, which starts the next one.
+                let separator = shortest_separator(pending.key(n - 2), pending.key(n - 1));
+                // On an error every pending entry's chain is freed with the rest.
+                built.push(self.emit(true, 0, lower.take(), Some(&separator), &pending.entries(n - 1), 0, behind)?);
+                pending.keep_last();
                 lower = Some(separator);
             }
         }
-        built.push(self.emit(true, 0, lower, None, pending, 0, behind)?);
+        built.push(self.emit(true, 0, lower, None, &pending.entries(pending.len()), 0, behind)?);
         pending.clear();
         Ok(())
     }
@@ -260,17 +332,28 @@ impl BTree {
     fn load_inner_level(&self, unlinked: &mut Unlinked, level: u8, behind: &mut Behind) -> Result<()> {
         let Unlinked { below: children, level: built, .. } = unlinked;
         let mut first = 0; // the current node's first child
-        let mut pending: Vec<Entry> = Vec::new();
+        let mut pending: Vec<EntryRef<'_>> = Vec::new();
+        let mut record_bytes = 0;
         for i in 1..children.len() {
-            let fence = children[i].lower.clone().expect("every child but the first has a lower fence");
-            pending.push(Entry { key: fence, value: Vec::new(), flags: 0, child: children[i - 1].pid });
-            if pending.len() > 1 && !self.fits_bulk(false, children[first].lower.as_deref(), &pending) {
+            let fence = children[i].lower.as_deref().expect("every child but the first has a lower fence");
+            pending.push(EntryRef { key: fence, value: &[], flags: 0, child: children[i - 1].pid });
+            record_bytes += fence.len();
+            let lower = children[first].lower.as_deref();
+            if pending.len() > 1 && !self.fits_bulk(false, lower, pending.len(), record_bytes) {
                 // Close the node at child i-1 (its upper child); child i starts the next one.
                 let overflow = pending.pop().expect("len > 1");
-                let lower = children[first].lower.clone();
                 let upper_child = children[i - 1].pid;
-                built.push(self.emit(false, level, lower, Some(&overflow.key), &pending, upper_child, behind)?);
+                built.push(self.emit(
+                    false,
+                    level,
+                    lower.map(<[u8]>::to_vec),
+                    Some(overflow.key),
+                    &pending,
+                    upper_child,
+                    behind,
+                )?);
                 pending.clear();
+                record_bytes = 0;
                 first = i;
             }
         }
@@ -279,11 +362,12 @@ impl BTree {
         Ok(())
     }
 
-    /// Whether `entries` fit a node under the fill target, reserving room for an upper fence
-    /// of the largest key size (the real one is not known yet).
-    fn fits_bulk(&self, leaf: bool, lower: Option<&[u8]>, entries: &[Entry]) -> bool {
+    /// Whether `count` entries of `record_bytes` key and value bytes fit a node under the fill
+    /// target, reserving room for an upper fence of the largest key size (the real one is not
+    /// known yet).
+    fn fits_bulk(&self, leaf: bool, lower: Option<&[u8]>, count: usize, record_bytes: usize) -> bool {
         let spec = NodeSpec { leaf, level: 0, lower, upper: None, upper_child: 0 };
-        node::required_space(&spec, entries, self.layout) + self.max_key_len() <= self.fill_target()
+        node::required_space_of(&spec, count, record_bytes, self.layout) + self.max_key_len() <= self.fill_target()
     }
 
     /// Writes one node to a fresh page, and hands the finished page to the writer.
@@ -294,25 +378,16 @@ impl BTree {
         level: u8,
         lower: Option<Vec<u8>>,
         upper: Option<&[u8]>,
-        entries: &[Entry],
+        entries: &[EntryRef<'_>],
         upper_child: u32,
         behind: &mut Behind,
     ) -> Result<Built> {
         let (pid, page) = self.alloc(if leaf { Kind::Leaf } else { Kind::Inner })?;
         let spec = NodeSpec { leaf, level, lower: lower.as_deref(), upper, upper_child };
-        node::build(page.page(), &spec, entries, self.layout, self.hints);
+        // A page just allocated is zeroed (`Pool::alloc`) and nobody else's yet.
+        node::build_zeroed(page.page(), &spec, entries, self.layout, self.hints);
         drop(page);
         behind.push(pid);
         Ok(Built { pid, lower })
-    }
-
-    /// A leaf entry for `key` → `value`, writing large values to overflow pages.
-    fn leaf_entry(&self, key: &[u8], value: &[u8], behind: &mut Behind) -> Result<Entry> {
-        Ok(if key.len() + value.len() > self.max_inline() {
-            let first = overflow::write(self, value, |pid| behind.push(pid))?;
-            Entry { key: key.to_vec(), value: overflow::reference(first, value.len()), flags: FLAG_OVERFLOW, child: 0 }
-        } else {
-            Entry { key: key.to_vec(), value: value.to_vec(), flags: 0, child: 0 }
-        })
     }
 }

@@ -954,19 +954,39 @@ pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> u
 
 /// Bytes a node built from `spec` and `entries` needs (header included).
 pub(crate) fn required_space<E: EntryView>(spec: &NodeSpec<'_>, entries: &[E], layout: Layout) -> usize {
+    let record_bytes = entries.iter().map(|e| e.key().len() + e.value().len()).sum();
+    required_space_of(spec, entries.len(), record_bytes, layout)
+}
+
+/// [`required_space`] for `count` entries whose keys and values take `record_bytes` in all
+/// (each key at least as long as the fences' common prefix, as keys between them are).
+pub(crate) fn required_space_of(spec: &NodeSpec<'_>, count: usize, record_bytes: usize, layout: Layout) -> usize {
     let prefix = common_prefix_len(spec.lower, spec.upper);
     let fences = spec.lower.map_or(0, <[u8]>::len) + spec.upper.map_or(0, <[u8]>::len);
-    let records: usize = entries.iter().map(|e| e.key().len() - prefix + e.value().len()).sum();
-    let search = search_bytes(layout, entries.len());
-    HEADER + SLOT * entries.len() + records + fences + search
+    HEADER + SLOT * count + record_bytes - prefix * count + fences + search_bytes(layout, count)
 }
 
 /// Writes a fresh node into `page` (which the caller holds exclusively, or owns): header,
 /// fences, records and slots, and the search array. The entries must fit
-/// ([`required_space`]) and lie in `[lower, upper)`.
+/// ([`required_space`]) and lie in `[lower, upper)`. The node is built aside and copied in
+/// whole (its entries may have been read from `page`).
 pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E], layout: Layout, hints: bool) {
     let scratch = Page::boxed(page.size());
-    let node = NodeRef::new(&scratch);
+    build_zeroed(&scratch, spec, entries, layout, hints);
+    page.copy_from(&scratch);
+}
+
+/// [`build`] straight into `page`, which must be all zeros and reachable by nobody else yet (a
+/// page just allocated, as a bulk load's are): no copy.
+pub(crate) fn build_zeroed<E: EntryView>(
+    scratch: &Page,
+    spec: &NodeSpec<'_>,
+    entries: &[E],
+    layout: Layout,
+    hints: bool,
+) {
+    debug_assert!(scratch.words().iter().all(|w| w.load(std::sync::atomic::Ordering::Relaxed) == 0));
+    let node = NodeRef::new(scratch);
     scratch.set_uint(H_KIND, 1, u64::from(spec.leaf));
     scratch.set_uint(H_LEVEL, 1, u64::from(spec.level));
     scratch.set_u32(H_HEAP, scratch.size() as u32);
@@ -1007,7 +1027,6 @@ pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E
     let rebuilt = node.rebuild_search_array(layout, Fresh::OneMore);
     // A node without its search array would answer searches wrongly: never go on without it.
     assert!(rebuilt, "required_space counts the search array");
-    page.copy_from(&scratch);
 }
 
 #[cfg(test)]
