@@ -337,6 +337,25 @@ fn the_load_phase_reports_its_batch_size_and_loads_every_record() {
         let (ok, _, stderr) = tern(&["bench", "compare", "--workload", "c", "--load-batch", bad]);
         assert!(!ok && stderr.contains("--load-batch must be in 1..=1000000"), "{bad}: {stderr}");
     }
+    // Loaded in 7 turns of two threads each, the engines taking turns: every engine holds every
+    // record once, and its load record counts them all.
+    let mut args = vec!["bench", "compare", "--workload", "c", "--threads", "1", "--load-threads", "2", "--json"];
+    args.extend(["--load-parts", "7"]);
+    args.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&args);
+    assert!(ok, "{stderr}");
+    let lines = json_lines(&stdout);
+    let engines = if cfg!(feature = "peers") { 5 } else { 1 };
+    let loads: Vec<&Value> = lines.iter().filter(|l| l["phase"] == "load").collect();
+    assert_eq!(loads.len(), engines, "{stdout}");
+    for l in loads {
+        assert_eq!((l["load_parts"].as_u64(), l["ops"].as_u64()), (Some(7), Some(3000)), "{l}");
+    }
+    for run in lines.iter().filter(|l| l["phase"] == "run") {
+        assert_eq!(run["not_found"], 0, "every loaded record is found: {run}");
+    }
+    let (ok, _, stderr) = tern(&["bench", "compare", "--workload", "c", "--load-parts", "0"]);
+    assert!(!ok && stderr.contains("--load-parts must be in 1..=1000"), "{stderr}");
 }
 
 #[test]

@@ -109,6 +109,13 @@ pub struct DriverArgs {
     /// most 1,000,000: a batch is built in memory first).
     #[arg(long, default_value_t = DEFAULT_LOAD_BATCH, value_name = "N")]
     pub load_batch: u64,
+    /// Load the engines in this many turns: each loads the next 1/N of the items, then the next
+    /// engine does, so that every engine's data is written over the same span of time. With 1
+    /// (the default) each engine loads everything in turn, and the engine loaded last has the
+    /// most recently written files: a disk that reads recent blocks faster (a VM's host cache)
+    /// favours it (docs/buffer.md).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub load_parts: u64,
     /// Time one operation in this many (0: none).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub sample_every: u64,
@@ -197,6 +204,9 @@ impl DriverArgs {
         }
         if self.load_threads.is_some_and(|t| t == 0 || t > 1024) {
             return Err("--load-threads must be in 1..=1024".into());
+        }
+        if !(1..=1000).contains(&self.load_parts) {
+            return Err(format!("--load-parts must be in 1..=1000, got {}", self.load_parts));
         }
         if !(1..=MAX_LOAD_BATCH).contains(&self.load_batch) {
             return Err(format!("--load-batch must be in 1..={MAX_LOAD_BATCH}, got {}", self.load_batch));
@@ -388,8 +398,9 @@ pub trait EngineRun {
     }
     /// The engine's data directory (`None`: none, or not known yet).
     fn data_dir(&self) -> Option<PathBuf>;
-    /// Loads job `job`'s items (timed); `None` if interrupted.
-    fn load(&self, job: usize) -> Result<Option<Sample>, String>;
+    /// Loads job `job`'s items `items` (timed; in job order, split over the load threads);
+    /// `None` if interrupted.
+    fn load(&self, job: usize, items: std::ops::Range<u64>) -> Result<Option<Sample>, String>;
     /// Sets up job `job`'s shared state after the load and earlier jobs ([`Job::loaded`]).
     fn prepare(&self, job: usize) -> Result<(), String>;
     /// One measurement of job `job` with `threads` threads; failures are collected (the sample
@@ -461,10 +472,10 @@ impl EngineRun for LocalEngine<'_> {
         LocalEngine::data_dir(self)
     }
 
-    fn load(&self, i: usize) -> Result<Option<Sample>, String> {
+    fn load(&self, i: usize, items: std::ops::Range<u64>) -> Result<Option<Sample>, String> {
         let (job, e, args) = (self.job(i)?, &self.state, self.args);
         let threads = args.load_threads();
-        let total = job.load_items();
+        let (first, total) = (items.start, items.end.saturating_sub(items.start));
         let progress = if self.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         progress.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -474,8 +485,8 @@ impl EngineRun for LocalEngine<'_> {
         progress.set_message(format!("{}: loading {} into {}", job.bench(), job.workload(), e.name));
         let failure = Mutex::new(None);
         let sample = run_threads_to_completion(threads, |t, ctl| {
-            let lo = total * t as u64 / threads as u64;
-            let hi = total * (t as u64 + 1) / threads as u64;
+            let lo = first + total * t as u64 / threads as u64;
+            let hi = first + total * (t as u64 + 1) / threads as u64;
             match load_range(e, job, lo..hi, args.load_batch, ctl, &progress) {
                 Ok(n) => ThreadResult::new(n, None),
                 Err(m) => {
@@ -759,6 +770,27 @@ pub fn wal_figures(before: &WalStats, after: &WalStats, secs: f64) -> serde_json
     m
 }
 
+/// Loads the first job's `total` items into every engine, in `parts` turns of about
+/// `total / parts` items each (engine after engine within a turn); returns each engine's load
+/// as one sample (operations and seconds summed over its turns). Stops early, with the engines
+/// loaded so far, if interrupted.
+fn load_in_turns(engines: &[Box<dyn EngineRun + '_>], total: u64, parts: u64) -> Result<Vec<Sample>, String> {
+    let mut loads: Vec<Option<Sample>> = engines.iter().map(|_| None).collect();
+    for part in 0..parts {
+        let items = total * part / parts..total * (part + 1) / parts;
+        for (e, load) in engines.iter().zip(loads.iter_mut()) {
+            let Some(sample) = e.load(0, items.clone())? else {
+                return Ok(loads.into_iter().flatten().collect());
+            };
+            match load {
+                Some(so_far) => so_far.absorb(sample),
+                None => *load = Some(sample),
+            }
+        }
+    }
+    Ok(loads.into_iter().flatten().collect())
+}
+
 /// Runs `jobs` on `engine_names`: opens each engine and loads it once (with the first job's
 /// load: the jobs must share it), then runs the jobs in order on the same data, every
 /// (job, thread count) point with the engines interleaved; prints the tables and the key
@@ -778,19 +810,12 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             .collect(),
     };
     let load_threads = args.load_threads();
+    let loads = load_in_turns(&engines, first.load_items(), args.load_parts)?;
     let mut load_records = Vec::new();
-    for e in &engines {
-        match e.load(0)? {
-            Some(sample) => load_records.push(phase_record(
-                first,
-                e.as_ref(),
-                "load",
-                load_threads,
-                &sample,
-                [("load_batch", json!(args.load_batch))].into_iter().chain(args.durability_params()).collect(),
-            )),
-            None => break,
-        }
+    for (e, sample) in engines.iter().zip(&loads) {
+        let params = [("load_batch", json!(args.load_batch)), ("load_parts", json!(args.load_parts))];
+        let params = params.into_iter().chain(args.durability_params()).collect();
+        load_records.push(phase_record(first, e.as_ref(), "load", load_threads, sample, params));
     }
     // Every engine's writes reach the disk before any run: the last engine loaded must not pay
     // for the write-back of the ones before it.

@@ -141,6 +141,32 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// Adds `other`, a later part of the same work (a load in turns): operations per thread
+    /// and seconds summed, latencies and counts merged, `other`'s figures added to `extra`
+    /// where this one has none. Per-operation stats and hardware counters stay this sample's.
+    pub fn absorb(&mut self, other: Sample) {
+        if self.per_thread.len() < other.per_thread.len() {
+            self.per_thread.resize(other.per_thread.len(), 0);
+        }
+        for (mine, theirs) in self.per_thread.iter_mut().zip(&other.per_thread) {
+            *mine += theirs;
+        }
+        self.secs += other.secs;
+        match (&mut self.latency, other.latency) {
+            (Some(mine), Some(theirs)) => {
+                let _ = mine.add(theirs);
+            }
+            (mine @ None, theirs) => *mine = theirs,
+            _ => {}
+        }
+        for (name, n) in other.counts {
+            *self.counts.entry(name).or_default() += n;
+        }
+        for (key, value) in other.extra {
+            self.extra.entry(key).or_insert(value);
+        }
+    }
+
     /// Total operations.
     pub fn ops(&self) -> u64 {
         self.per_thread.iter().sum()
@@ -320,4 +346,40 @@ where
     }
     let counters = counters.flatten();
     Some(Sample { per_thread, secs, latency, extra: serde_json::Map::new(), by_op, counts, counters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(per_thread: Vec<u64>, secs: f64, latency: &[u64], count: u64) -> Sample {
+        let mut h = new_histogram();
+        for &v in latency {
+            h.record(v).unwrap();
+        }
+        let mut extra = serde_json::Map::new();
+        extra.insert("first".into(), serde_json::json!(per_thread.len()));
+        Sample {
+            per_thread,
+            secs,
+            latency: (!latency.is_empty()).then_some(h),
+            extra,
+            by_op: Vec::new(),
+            counts: [("retries", count)].into_iter().collect(),
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn a_sample_absorbs_a_later_part_of_the_same_work() {
+        let mut a = sample(vec![10, 20], 1.5, &[100, 200], 1);
+        a.absorb(sample(vec![1, 2, 3], 0.5, &[300], 2));
+        assert_eq!((a.per_thread.clone(), a.secs, a.ops()), (vec![11, 22, 3], 2.0, 36));
+        assert_eq!(a.latency.as_ref().map(|h| h.len()), Some(3));
+        assert_eq!(a.counts["retries"], 3);
+        assert_eq!(a.extra["first"], 2, "the first part's figures stay");
+        let mut none = sample(vec![5], 1.0, &[], 0);
+        none.absorb(sample(vec![5], 1.0, &[7], 0));
+        assert_eq!(none.latency.map(|h| h.len()), Some(1));
+    }
 }

@@ -40,7 +40,7 @@ pub struct WorkerArgs {}
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
     Open { engine: String, args: Box<DriverArgs>, jobs: Vec<JobSpec> },
-    Load,
+    Load { start: u64, end: u64 },
     Prepare { job: usize },
     Measure { job: usize, threads: usize },
     Check { job: usize },
@@ -190,7 +190,7 @@ pub fn serve() -> Result<(), String> {
     while let Some(request) = next()? {
         let reply = match request {
             Request::Open { .. } => Reply::Failed { message: "the engine is already open".into() },
-            Request::Load => match engine.load(0) {
+            Request::Load { start, end } => match engine.load(0, start..end) {
                 Ok(sample) => Reply::Loaded {
                     sample: sample.as_ref().map(WireSample::from_sample),
                     disk_bytes: engine.disk_bytes(),
@@ -478,12 +478,12 @@ impl EngineRun for Worker {
         self.data_dir.clone()
     }
 
-    fn load(&self, _job: usize) -> Result<Option<Sample>, String> {
+    fn load(&self, _job: usize, items: std::ops::Range<u64>) -> Result<Option<Sample>, String> {
         let spinner = ProgressBar::new_spinner();
         spinner.set_style(ProgressStyle::with_template("{elapsed_precise} {spinner} {msg}").expect("static template"));
         spinner.set_message(format!("loading {} in its worker process (pid {})", self.name, self.pid));
         spinner.enable_steady_tick(Duration::from_millis(200));
-        let reply = self.call(&Request::Load);
+        let reply = self.call(&Request::Load { start: items.start, end: items.end });
         spinner.finish_and_clear();
         match reply? {
             Reply::Loaded { sample, disk_bytes } => {
