@@ -165,7 +165,8 @@ fn a_load_that_fails_half_way_leaves_no_page_allocated() {
         let db = Db::open(dir.path(), options()).unwrap();
         let pages = |db: &Db| db.stats().buffer.live_pages;
         let before = pages(&db);
-        // Failing in the leaves, in the second inner level's range, and at the first entry.
+        // Failing after many leaves, after fewer, and at the first entry (bad input can only
+        // fail while the leaves are built; an inner level fails only on an I/O error).
         for good in [60_000, 30_000, 1] {
             let err = db.load_table("t", failing_after(good)).unwrap_err();
             assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
@@ -192,8 +193,8 @@ fn loaded_pages_are_written_while_the_load_runs() {
     db.load_table("t", entries(200_000)).unwrap();
     let buffer = db.stats().buffer;
     // The checkpoint found them clean: the write-behind thread wrote them (the checkpoint's own
-    // writes are not write-backs).
-    assert!(buffer.write_backs > 0, "{buffer:?}");
+    // writes are not write-backs, and a 64 MiB cache never evicts this table's ~1,700 pages).
+    assert!(buffer.write_backs * 4 >= buffer.live_pages * 3, "{buffer:?}");
     assert_eq!(buffer.dirty_pages, 0, "{buffer:?}");
     drop(db);
     tern::recovery::check(dir.path()).unwrap();

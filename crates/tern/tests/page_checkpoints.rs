@@ -260,3 +260,46 @@ fn a_torn_page_write_is_found_by_its_checksum_never_read_as_data() {
     let err = tern::recovery::check(dir.path()).unwrap_err();
     assert!(matches!(err, tern::Error::Corruption { .. }), "{err}");
 }
+
+#[test]
+fn a_checkpoint_reads_back_only_the_evicted_leaves_that_hold_version_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    for chunk in 0..5u64 {
+        fill(&db, chunk * 1000, (chunk + 1) * 1000, 1);
+    }
+    db.checkpoint().unwrap().unwrap();
+    let update = |db: &Db, tag: u8| {
+        for i in (0..5000u64).step_by(50) {
+            let mut t = db.begin().unwrap();
+            t.put(format!("key{i:08}").as_bytes(), &[tag; 100]).unwrap();
+            t.commit().unwrap();
+        }
+    };
+    // Versions folded into their leaves before those leaves leave the 16-frame cache: their
+    // images hold no chain, and the checkpoint takes them from the disk without reading them.
+    update(&db, 2);
+    db.gc();
+    let _ = contents(&db); // a scan through every leaf: the changed ones are evicted
+    let before = db.stats().buffer;
+    db.checkpoint().unwrap().unwrap();
+    let after = db.stats().buffer;
+    assert!(after.checkpoint_reads_skipped > before.checkpoint_reads_skipped, "{after:?}");
+    assert_eq!(after.checkpoint_reads, before.checkpoint_reads, "no image held a chain: {after:?}");
+    // With a snapshot open, the updates stay chains: those leaves are read back for their ids.
+    let snapshot = db.begin_read().unwrap();
+    update(&db, 3);
+    let _ = contents(&db);
+    db.checkpoint().unwrap().unwrap();
+    assert!(db.stats().buffer.checkpoint_reads > after.checkpoint_reads, "{:?}", db.stats().buffer);
+    assert_eq!(snapshot.get(b"key00000050").unwrap(), Some(vec![2; 100]));
+    drop(snapshot);
+    let want = contents(&db);
+    assert_eq!(want.get(&b"key00000050"[..]).map(Vec::as_slice), Some(&[3u8; 100][..]));
+    drop(db);
+    // Reopened from that checkpoint alone (nothing logged after it is lost: the log is kept).
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_eq!(contents(&db), want);
+    drop(db);
+    tern::recovery::check(dir.path()).unwrap();
+}

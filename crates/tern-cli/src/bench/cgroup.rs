@@ -13,7 +13,10 @@
 //! A group is named `tern-bench-<pid>-<engine>` ([`group_name`]). A run killed outright (no
 //! chance to remove its groups) leaves them behind, empty once its workers exit (they watch
 //! their parent, `worker.rs`): each new run removes, before it makes its own, the groups named
-//! for a process that no longer exists and made more than a minute ago (`sweep_stale`).
+//! for a process that no longer exists and made more than a minute ago (`sweep_stale`). The
+//! check sees this process's PID namespace only: a run in another container sharing the same
+//! parent group could lose one of its groups that is empty and over a minute old (a group in
+//! use cannot be removed).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

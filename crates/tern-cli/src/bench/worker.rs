@@ -14,7 +14,9 @@
 //! Cleanup: dropping a [`Worker`] asks it to quit (it closes the engine, which removes its
 //! data directory), kills it if it does not exit, removes a data directory it left, then its
 //! cgroup. A second Ctrl-C, which exits at once, kills the workers and removes the cgroups
-//! first ([`on_forced_exit`]).
+//! first ([`on_forced_exit`]). A parent killed outright cleans nothing: each worker watches its
+//! parent's process id (`watch_parent`) and, once it changed, removes its data directory and
+//! exits; the next run removes the empty cgroups (`cgroup::sweep_stale`).
 
 use super::cgroup::{self, MemoryCgroup, Version};
 use super::counters::CounterValues;
@@ -231,8 +233,14 @@ fn watch_parent(data_dir: Option<PathBuf>) {
     let watch = move || loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
         if std::os::unix::process::parent_id() != parent {
-            if let Some(dir) = &data_dir {
-                let _ = std::fs::remove_dir_all(dir);
+            // The engine's own threads may still add files meanwhile: a few tries.
+            for _ in 0..5 {
+                match &data_dir {
+                    Some(dir) if std::fs::remove_dir_all(dir).is_err() && dir.exists() => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    _ => break,
+                }
             }
             eprintln!("worker: the benchmark that started this worker is gone; exiting");
             std::process::exit(3);

@@ -212,25 +212,19 @@ impl BTree {
             behind.finish();
             built
         });
+        // Inside the gate: a checkpoint never sees these pages allocated and unreachable.
         let result = match built {
-            Ok(root) => {
-                let old = tree.replace_root(root);
-                tree.free_subtree(old, &crossbeam_epoch::pin());
-                Ok(())
-            }
+            Ok(root) => Ok(tree.replace_root(root)), // the first, empty root goes
             Err(e) => {
                 tree.free_unlinked(unlinked);
-                Err(e)
+                Err(e) // and so does the first root: the tree is dropped
             }
         };
+        let first = tree.root_and_pages().0;
+        let old = result.as_ref().map_or(first, |&old| old);
+        tree.free_subtree(old, &crossbeam_epoch::pin());
         drop(gate);
-        match result {
-            Ok(()) => Ok(tree),
-            Err(e) => {
-                tree.free_all(); // the first, empty root
-                Err(e)
-            }
-        }
+        result.map(|_| tree)
     }
 
     /// Builds the levels bottom up; returns the root's page id. What is allocated and not yet

@@ -29,12 +29,13 @@ pub(crate) fn parse_reference(r: &[u8]) -> (u32, usize) {
 }
 
 /// Writes `value` into a new chain of `tree`'s; returns its first page id. `finished` is
-/// told each page once it is written (and unlatched). On an error the pages written so far
-/// are freed.
+/// told each page of the chain once the whole chain is written (and unlatched). On an error
+/// the pages written so far are freed, and `finished` is told none.
 pub(crate) fn write(tree: &BTree, value: &[u8], mut finished: impl FnMut(u32)) -> Result<u32> {
     let per_page = tree.pool.page_size() - DATA;
     let mut next = NO_PAGE;
     let mut written = 0;
+    let mut pages = Vec::with_capacity(value.len().div_ceil(per_page));
     // Write back to front, so each page can name its successor.
     for chunk in value.chunks(per_page).rev() {
         let (pid, page) = match tree.alloc(Kind::Overflow) {
@@ -50,10 +51,11 @@ pub(crate) fn write(tree: &BTree, value: &[u8], mut finished: impl FnMut(u32)) -
         page.page().set_u32(LEN, chunk.len() as u32);
         page.page().write(DATA, chunk);
         drop(page);
-        finished(pid);
+        pages.push(pid);
         next = pid;
         written += chunk.len();
     }
+    pages.into_iter().for_each(&mut finished);
     Ok(next)
 }
 

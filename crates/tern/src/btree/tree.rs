@@ -212,6 +212,7 @@ impl BTree {
                 pool.page_size()
             )));
         }
+        pool.set_image_probe(super::stored::holds_chains);
         let tree = BTree {
             pool,
             page_count: AtomicUsize::new(0),
@@ -236,6 +237,7 @@ impl BTree {
     /// tree, its pages on disk).
     pub(crate) fn open_in(config: TreeConfig, pool: Arc<Pool>, root: u32, pages: usize) -> Result<BTree> {
         config.validate()?;
+        pool.set_image_probe(super::stored::holds_chains);
         Ok(BTree {
             pool,
             page_count: AtomicUsize::new(pages),

@@ -135,7 +135,9 @@ pub(crate) enum Taken {
     /// Copied from memory; `seen` is the page's state word if it was unchanged since (its frame
     /// may then be marked clean once the copy is written).
     Copied { kind: u8, seen: Option<u64> },
-    /// Already in a block no checkpoint uses: the checkpoint takes that block as it is.
+    /// Already in a block no checkpoint uses: the checkpoint takes that block as it is. The
+    /// image is in `buf` too, except for an evicted page whose image holds no version-chain ids
+    /// (`buf` is then empty: the block was not read).
     OnDisk { kind: u8, slot: u8, crc: u32 },
 }
 
@@ -270,12 +272,23 @@ impl Capture<'_> {
                         continue;
                     }
                     let slot = f.latest.expect("an evicted page was written");
-                    let read = pool.file.as_ref().expect("captures have a file").read_block(
-                        pid,
-                        Some(slot),
-                        f.crcs[slot as usize],
-                        buf,
-                    );
+                    // The block is the image; it is read only for its chain ids (`buf` stays
+                    // empty for an image probed without any when it was written back).
+                    buf.clear();
+                    let read = if f.chained {
+                        pool.file.as_ref().expect("captures have a file").read_block(
+                            pid,
+                            Some(slot),
+                            f.crcs[slot as usize],
+                            buf,
+                        )
+                    } else {
+                        pool.counters.capture_reads_skipped.fetch_add(1, Relaxed);
+                        Ok(())
+                    };
+                    if f.chained && read.is_ok() {
+                        pool.counters.capture_reads.fetch_add(1, Relaxed);
+                    }
                     if read.is_ok() {
                         meta.set_captured(self.gen);
                     }
@@ -334,7 +347,8 @@ impl Capture<'_> {
         if let Ok(crc) = written {
             pool.counters.writes.fetch_add(1, Relaxed);
             pool.note_file_extent(pid);
-            meta.note_written(slot, crc, true);
+            // Not probed: the checkpoint resolves this image's chains itself.
+            meta.note_written(slot, crc, true, true);
         } else {
             pool.counters.io_errors.fetch_add(1, Relaxed);
         }

@@ -285,14 +285,17 @@ impl Pool {
             let written = PageFile::with_buffer(|buf| {
                 buf.clear();
                 page.read_into(0, self.page_size(), buf);
+                // Only leaves hold chain ids. Probed on the frame, before the validation that
+                // also covers the copy.
+                let chained = facts.kind == Kind::Leaf as u8 && self.may_hold_chains(page);
                 if !word.validate(claimed) {
                     return Ok(None);
                 }
-                file.write_page(pid, slot, buf).map(Some)
+                file.write_page(pid, slot, buf).map(|crc| Some((crc, chained)))
             });
             match written {
-                Ok(Some(crc)) => {
-                    self.note_written(pid, slot, crc);
+                Ok(Some((crc, chained))) => {
+                    self.note_written(pid, slot, crc, chained);
                     if word.finish_write(claimed, true) {
                         self.counters.dirty.fetch_sub(1, Relaxed);
                     }

@@ -150,9 +150,9 @@ impl PageFile {
     }
 
     /// Has the kernel start writing the blocks of pages `first..first + pages` to the disk
-    /// (both slots: the range is contiguous) and drop them from the page cache once written:
-    /// pages a bulk load finished, read again only if evicted (a hint; see `Fs`'s
-    /// `RandomFile::wont_need`).
+    /// (both slots: the range is contiguous): pages a bulk load finished. `DONTNEED` starts the
+    /// write-back of dirty blocks and drops only clean ones, so blocks just written stay cached
+    /// until reclaimed (a hint; see `Fs`'s `RandomFile::wont_need`).
     pub(crate) fn start_writing(&self, first: u32, pages: u32) {
         let start = self.offset(first, 0);
         self.file.wont_need(start, self.offset(first + pages, 0) - start);

@@ -15,6 +15,8 @@
 //! 3. `changed` is the pool generation of the page's last exclusive latch, `born` the generation
 //!    it was allocated in, `captured` the checkpoint generation whose image of it was taken.
 //!    Generations only grow, so comparing them needs no reset between checkpoints.
+//! 4. `CHAINED` describes the image in `latest`: clear only if it was probed when written and
+//!    held no slot a checkpoint must resolve (`Pool::set_image_probe`); set when unknown.
 
 use crate::sync::segmented::Zeroable;
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Release};
@@ -25,6 +27,7 @@ const LATEST: u64 = 1 << 8;
 const WRITTEN: u64 = 1 << 9;
 const DURABLE_SLOT: u64 = 1 << 10;
 const DURABLE: u64 = 1 << 11;
+const CHAINED: u64 = 1 << 12;
 
 /// One page's cold facts (see the module doc).
 #[derive(Default)]
@@ -49,6 +52,9 @@ pub(crate) struct Facts {
     /// The durable checkpoint's slot, if the page is in it.
     pub durable: Option<u8>,
     pub crcs: [u32; 2],
+    /// The latest image may hold version-chain ids (a checkpoint that takes it from the disk
+    /// must read it to resolve them); false only if probed and found without.
+    pub chained: bool,
     pub changed: u32,
     pub born: u32,
     pub captured: u32,
@@ -69,6 +75,7 @@ impl Meta {
             latest: (bits & WRITTEN != 0).then_some(u8::from(bits & LATEST != 0)),
             durable: (bits & DURABLE != 0).then_some(u8::from(bits & DURABLE_SLOT != 0)),
             crcs: [crcs as u32, (crcs >> 32) as u32],
+            chained: bits & CHAINED != 0,
             changed: gens as u32,
             born: (gens >> 32) as u32,
             captured: (bits >> 32) as u32,
@@ -99,16 +106,18 @@ impl Meta {
         self.crcs.store(u64::from(crc) << shift, Release);
         self.gens.store(0, Release);
         let s = if slot == 1 { LATEST | DURABLE_SLOT } else { 0 };
-        self.bits.store(u64::from(kind) | s | WRITTEN | DURABLE, Release);
+        self.bits.store(u64::from(kind) | s | WRITTEN | DURABLE | CHAINED, Release);
     }
 
-    /// Slot `slot` now holds an image with checksum `crc`; with `latest`, fault-ins read it.
-    pub(crate) fn note_written(&self, slot: u8, crc: u32, latest: bool) {
+    /// Slot `slot` now holds an image with checksum `crc`; with `latest`, fault-ins read it,
+    /// and `chained` says whether it may hold version-chain ids (invariant 4).
+    pub(crate) fn note_written(&self, slot: u8, crc: u32, latest: bool, chained: bool) {
         let shift = 32 * u32::from(slot);
         let _ =
             self.crcs.fetch_update(AcqRel, Acquire, |c| Some((c & !(0xffff_ffff << shift)) | u64::from(crc) << shift));
         if latest {
-            self.update_bits(|b| (b & !LATEST) | WRITTEN | if slot == 1 { LATEST } else { 0 });
+            let flags = WRITTEN | if slot == 1 { LATEST } else { 0 } | if chained { CHAINED } else { 0 };
+            self.update_bits(|b| (b & !(LATEST | CHAINED)) | flags);
         }
     }
 

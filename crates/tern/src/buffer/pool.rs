@@ -8,6 +8,7 @@
 
 use super::capture::CaptureState;
 use super::file::PageFile;
+use super::page::Page;
 use super::frames::{Arena, Frame};
 use super::guard::{ExclusivePage, PageRef, SharedPage};
 use super::meta::Meta;
@@ -154,6 +155,8 @@ pub struct Pool {
     pub(crate) counters: Counters,
     pub(crate) evictor: super::evict::Evictor,
     pub(crate) capture: CaptureState,
+    /// Says whether a page image holds version-chain ids (`set_image_probe`).
+    image_probe: std::sync::OnceLock<fn(&Page) -> bool>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -251,6 +254,7 @@ impl Pool {
             counters: Counters::default(),
             evictor: super::evict::Evictor::default(),
             capture: CaptureState::default(),
+            image_probe: std::sync::OnceLock::new(),
         });
         if capacity == shrunk_capacity {
             // The fewest frames leave nothing to give: the row cache is beside them from the
@@ -611,10 +615,11 @@ impl Pool {
         self.file_pages.fetch_max(pid + 1, Relaxed);
     }
 
-    /// Notes that page `pid`'s slot `slot` now holds its latest image, with checksum `crc`.
-    pub(crate) fn note_written(&self, pid: u32, slot: u8, crc: u32) {
+    /// Notes that page `pid`'s slot `slot` now holds its latest image, with checksum `crc`;
+    /// `chained`: it may hold version-chain ids (`meta.rs` invariant 4).
+    pub(crate) fn note_written(&self, pid: u32, slot: u8, crc: u32, chained: bool) {
         if let Some(meta) = self.meta.get(pid) {
-            meta.note_written(slot, crc, true);
+            meta.note_written(slot, crc, true, chained);
         }
         self.note_file_extent(pid);
     }
@@ -634,6 +639,21 @@ impl Pool {
             }
         }
         Ok(checked)
+    }
+
+    /// Installs the function that tells whether a page image holds version-chain ids (the
+    /// tree's leaves, `btree::stored`; the pool cannot read nodes). Write-backs record its
+    /// answer, and a checkpoint then reads back from the disk only the evicted pages whose image
+    /// holds some (`capture.rs`). The first installed stays; without one every image counts as
+    /// holding some.
+    pub(crate) fn set_image_probe(&self, probe: fn(&Page) -> bool) {
+        let _ = self.image_probe.set(probe);
+    }
+
+    /// Whether `page`'s image may hold version-chain ids (true without a probe). `page` may be
+    /// changing: the caller validates the page's version after, as for any optimistic read.
+    pub(crate) fn may_hold_chains(&self, page: &Page) -> bool {
+        self.image_probe.get().is_none_or(|probe| probe(page))
     }
 
     /// Pages allocated and not freed.

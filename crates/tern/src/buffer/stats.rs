@@ -18,6 +18,8 @@ pub(crate) struct Counters {
     pub truncations: AtomicU64,
     pub overshoot: AtomicU64,
     pub io_errors: AtomicU64,
+    pub capture_reads: AtomicU64,
+    pub capture_reads_skipped: AtomicU64,
     read_ns: Box<[AtomicU64]>,
 }
 
@@ -33,6 +35,8 @@ impl Default for Counters {
             truncations: AtomicU64::new(0),
             overshoot: AtomicU64::new(0),
             io_errors: AtomicU64::new(0),
+            capture_reads: AtomicU64::new(0),
+            capture_reads_skipped: AtomicU64::new(0),
             read_ns: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -107,6 +111,8 @@ impl Counters {
             truncations: self.truncations.load(Relaxed),
             over_capacity: self.overshoot.load(Relaxed),
             io_errors: self.io_errors.load(Relaxed),
+            checkpoint_reads: self.capture_reads.load(Relaxed),
+            checkpoint_reads_skipped: self.capture_reads_skipped.load(Relaxed),
             read_p50_us: self.percentile(&counts, total, 0.50),
             read_p99_us: self.percentile(&counts, total, 0.99),
             read_p999_us: self.percentile(&counts, total, 0.999),
@@ -162,6 +168,12 @@ pub struct BufferStats {
     pub over_capacity: u64,
     /// Page reads or writes that failed.
     pub io_errors: u64,
+    /// Pages changed since the last checkpoint and then evicted that a checkpoint read back
+    /// from the page file, because their image may hold version-chain ids it must resolve.
+    pub checkpoint_reads: u64,
+    /// Such pages a checkpoint took from the page file without reading them: their image was
+    /// found to hold no chain ids when it was written back.
+    pub checkpoint_reads_skipped: u64,
     /// Page read latency percentiles, in microseconds (bucketed: within 1/8).
     pub read_p50_us: f64,
     /// The 99th percentile, as `read_p50_us`.

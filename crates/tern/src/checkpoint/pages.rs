@@ -103,7 +103,8 @@ pub(crate) fn write(req: &Request<'_>, chains: &mut Chains, at_instant: impl FnO
                     }
                     Taken::OnDisk { kind, slot, crc } => (kind, slot, crc),
                 };
-                if kind == Kind::Leaf as u8 {
+                // An empty `buf`: an evicted image known to hold no chain ids, not read.
+                if kind == Kind::Leaf as u8 && !buf.is_empty() {
                     page.write(0, &buf);
                     let ids = chains_in(&page);
                     if !ids.is_empty() {
