@@ -805,6 +805,10 @@ fn a_checkpoint_that_cannot_read_a_page_fails_and_loses_nothing() {
     };
     {
         let (db, fs) = faulty(dir.path(), faulty_options);
+        // A snapshot older than the writes keeps them version chains: the evicted leaves'
+        // images hold chain ids, which the checkpoint must read back to resolve (a leaf
+        // without any is taken from the disk unread).
+        let older = db.begin_read().unwrap();
         let mut txn = db.begin().unwrap();
         for i in 0..5000u32 {
             txn.put(&i.to_be_bytes(), &[i as u8; 100]).unwrap();
@@ -815,6 +819,7 @@ fn a_checkpoint_that_cannot_read_a_page_fails_and_loses_nothing() {
         let err = db.checkpoint().unwrap_err();
         assert!(err.to_string().contains("injected EIO"), "{err}");
         fs.faults.fail_reads.store(false, Relaxed);
+        drop(older);
         db.close().unwrap();
     }
     let db = Db::open(dir.path(), options()).unwrap();

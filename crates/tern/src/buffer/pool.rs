@@ -8,10 +8,10 @@
 
 use super::capture::CaptureState;
 use super::file::PageFile;
-use super::page::Page;
 use super::frames::{Arena, Frame};
 use super::guard::{ExclusivePage, PageRef, SharedPage};
 use super::meta::Meta;
+use super::page::Page;
 use super::rows::Rows;
 use super::state::{self, Absent, StateWord, DIRTY, EVICTED, LOADING};
 use super::stats::{BufferStats, Counters};
