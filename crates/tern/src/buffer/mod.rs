@@ -12,7 +12,8 @@
 //! * `frames.rs`: frame memory (arena of huge-page-advised mappings, never unmapped).
 //! * `pool.rs`: the page table, allocation and freeing, the fix API, faulting in.
 //! * `guard.rs`: the optimistic, shared and exclusive guards the B+tree holds.
-//! * `evict.rs`: the clock, batched write-back, the background evictor.
+//! * `evict.rs`: the clock, batched write-back, the background evictor, and the write-behind
+//!   of pages a bulk load finished.
 //! * `file.rs`: the page file (positional I/O through `Fs`, crc32c per block).
 //! * `meta.rs`: cold per-page facts (slots, checksums, generations).
 //! * `capture.rs`: a checkpoint's images of every page at one instant (write gate, copy
@@ -52,6 +53,9 @@
 //!    short of frames may go over the capacity as in 5) and frames taken over the capacity
 //!    (retired too when their page leaves). If the shrink cannot finish (no background
 //!    evictor thread, page writes refused or failing), the row cache stays closed.
+//! 9. The pool never reads a node: whether a leaf image holds version-chain ids (which a
+//!    checkpoint taking it from the disk must read back to resolve) is asked of the probe the
+//!    tree installs (`Pool::set_image_probe`), and unknown counts as yes.
 //!
 //! The page file of a database is the database: the newest page checkpoint names a block of
 //! it for every page, and opening reads pages from it on demand (`Pool::open_file`). A
