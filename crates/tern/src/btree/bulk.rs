@@ -212,19 +212,18 @@ impl BTree {
             behind.finish();
             built
         });
-        // Inside the gate: a checkpoint never sees these pages allocated and unreachable.
-        let result = match built {
-            Ok(root) => Ok(tree.replace_root(root)), // the first, empty root goes
-            Err(e) => {
+        // Inside the gate: a checkpoint never sees these pages allocated and unreachable. The
+        // first, empty root goes either way (after a failure, with the tree).
+        let first = match built {
+            Ok(root) => tree.replace_root(root),
+            Err(_) => {
                 tree.free_unlinked(unlinked);
-                Err(e) // and so does the first root: the tree is dropped
+                tree.root_and_pages().0
             }
         };
-        let first = tree.root_and_pages().0;
-        let old = result.as_ref().map_or(first, |&old| old);
-        tree.free_subtree(old, &crossbeam_epoch::pin());
+        tree.free_subtree(first, &crossbeam_epoch::pin());
         drop(gate);
-        result.map(|_| tree)
+        built.map(|_| tree)
     }
 
     /// Builds the levels bottom up; returns the root's page id. What is allocated and not yet

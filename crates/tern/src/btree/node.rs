@@ -978,47 +978,41 @@ pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E
 
 /// [`build`] straight into `page`, which must be all zeros and reachable by nobody else yet (a
 /// page just allocated, as a bulk load's are): no copy.
-pub(crate) fn build_zeroed<E: EntryView>(
-    scratch: &Page,
-    spec: &NodeSpec<'_>,
-    entries: &[E],
-    layout: Layout,
-    hints: bool,
-) {
-    debug_assert!(scratch.words().iter().all(|w| w.load(std::sync::atomic::Ordering::Relaxed) == 0));
-    let node = NodeRef::new(scratch);
-    scratch.set_uint(H_KIND, 1, u64::from(spec.leaf));
-    scratch.set_uint(H_LEVEL, 1, u64::from(spec.level));
-    scratch.set_u32(H_HEAP, scratch.size() as u32);
-    scratch.set_u32(H_UPPER, spec.upper_child);
+pub(crate) fn build_zeroed<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E], layout: Layout, hints: bool) {
+    debug_assert!(page.words().iter().all(|w| w.load(std::sync::atomic::Ordering::Relaxed) == 0));
+    let node = NodeRef::new(page);
+    page.set_uint(H_KIND, 1, u64::from(spec.leaf));
+    page.set_uint(H_LEVEL, 1, u64::from(spec.level));
+    page.set_u32(H_HEAP, page.size() as u32);
+    page.set_u32(H_UPPER, spec.upper_child);
     let mut flags = 0;
     if let Some(upper) = spec.upper {
         let off = node.alloc(upper.len(), 1).expect("fits");
-        scratch.write(off, upper);
-        scratch.set_u16(H_UPPER_OFF, off as u16);
-        scratch.set_u16(H_UPPER_LEN, upper.len() as u16);
+        page.write(off, upper);
+        page.set_u16(H_UPPER_OFF, off as u16);
+        page.set_u16(H_UPPER_LEN, upper.len() as u16);
         flags |= FENCE_UPPER;
     }
     if let Some(lower) = spec.lower {
         let off = node.alloc(lower.len(), 1).expect("fits");
-        scratch.write(off, lower);
-        scratch.set_u16(H_LOWER_OFF, off as u16);
-        scratch.set_u16(H_LOWER_LEN, lower.len() as u16);
+        page.write(off, lower);
+        page.set_u16(H_LOWER_OFF, off as u16);
+        page.set_u16(H_LOWER_LEN, lower.len() as u16);
         flags |= FENCE_LOWER;
     }
     if keeps_hints(layout, hints) {
         flags |= FLAG_HINTS;
     }
-    scratch.set_u16(H_FLAGS, flags);
+    page.set_u16(H_FLAGS, flags);
     let prefix = common_prefix_len(spec.lower, spec.upper);
-    scratch.set_u16(H_PREFIX, prefix as u16);
+    page.set_u16(H_PREFIX, prefix as u16);
     for (i, e) in entries.iter().enumerate() {
         let (key, value) = (e.key(), e.value());
         debug_assert!(key.len() >= prefix);
         let suffix = &key[prefix..];
         let off = node.alloc(suffix.len() + value.len(), 1).expect("required_space checked by the caller");
-        scratch.write(off, suffix);
-        scratch.write(off + suffix.len(), value);
+        page.write(off, suffix);
+        page.write(off + suffix.len(), value);
         let payload = if spec.leaf { value.len() as u32 | u32::from(e.flags()) << 16 } else { e.child() };
         node.set_count(i + 1);
         node.write_slot(i, head_of(suffix), off, suffix.len(), payload);

@@ -301,18 +301,20 @@ impl BTree {
 /// them.
 pub(crate) fn chains_in(page: &crate::buffer::Page) -> Vec<u64> {
     let n = NodeRef::new(page);
-    if !n.is_leaf() {
-        return Vec::new();
-    }
-    (0..n.count()).filter(|&i| n.value_ref(i).flags & FLAG_CHAIN != 0).map(|i| n.chain_id(i)).collect()
+    chain_slots(n).map(|i| n.chain_id(i)).collect()
 }
 
 /// Whether the node in `page` is a leaf holding a version-chain id (the pool's image probe,
 /// `Pool::set_image_probe`). `page` may be changing under a write-back: garbage gives a
 /// garbage answer, never a panic, and the caller's validation then discards it.
 pub(crate) fn holds_chains(page: &crate::buffer::Page) -> bool {
-    let n = NodeRef::new(page);
-    n.is_leaf() && (0..n.count()).any(|i| n.value_ref(i).flags & FLAG_CHAIN != 0)
+    chain_slots(NodeRef::new(page)).next().is_some()
+}
+
+/// The slots of `n` that hold a chain id (none unless it is a leaf).
+fn chain_slots(n: NodeRef<'_>) -> impl Iterator<Item = usize> + '_ {
+    let count = if n.is_leaf() { n.count() } else { 0 };
+    (0..count).filter(move |&i| n.value_ref(i).flags & FLAG_CHAIN != 0)
 }
 
 /// A buffer from the thread's spare ones, handed back when dropped.

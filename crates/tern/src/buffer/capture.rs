@@ -275,21 +275,14 @@ impl Capture<'_> {
                     // The block is the image; it is read only for its chain ids (`buf` stays
                     // empty for an image probed without any when it was written back).
                     buf.clear();
-                    let read = if f.chained {
-                        pool.file.as_ref().expect("captures have a file").read_block(
-                            pid,
-                            Some(slot),
-                            f.crcs[slot as usize],
-                            buf,
-                        )
+                    let (read, counter) = if f.chained {
+                        let file = pool.file.as_ref().expect("captures have a file");
+                        (file.read_block(pid, Some(slot), f.crcs[slot as usize], buf), &pool.counters.capture_reads)
                     } else {
-                        pool.counters.capture_reads_skipped.fetch_add(1, Relaxed);
-                        Ok(())
+                        (Ok(()), &pool.counters.capture_reads_skipped)
                     };
-                    if f.chained && read.is_ok() {
-                        pool.counters.capture_reads.fetch_add(1, Relaxed);
-                    }
                     if read.is_ok() {
+                        counter.fetch_add(1, Relaxed);
                         meta.set_captured(self.gen);
                     }
                     word.release(EVICTED, false);
