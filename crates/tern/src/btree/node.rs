@@ -971,9 +971,41 @@ pub(crate) fn required_space_of(spec: &NodeSpec<'_>, count: usize, record_bytes:
 /// ([`required_space`]) and lie in `[lower, upper)`. The node is built aside and copied in
 /// whole (its entries may have been read from `page`).
 pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E], layout: Layout, hints: bool) {
-    let scratch = Page::boxed(page.size());
-    build_zeroed(&scratch, spec, entries, layout, hints);
-    page.copy_from(&scratch);
+    scratch::with(page.size(), |scratch| {
+        build_zeroed(scratch, spec, entries, layout, hints);
+        page.copy_from(scratch);
+    });
+}
+
+/// The page [`build`] builds aside in: one per thread, kept between builds (a split built two
+/// nodes in pages allocated and zeroed for it, a malloc of a page each, at the allocator's
+/// cost for large blocks among many small ones).
+mod scratch {
+    use crate::buffer::page::Page;
+    use std::cell::RefCell;
+
+    std::thread_local! {
+        static SCRATCH: RefCell<Option<Box<Page>>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` with an all-zero page of `size` bytes: the thread's, or a new one while the
+    /// thread's is in use (or of another size, or the thread is ending).
+    pub(super) fn with(size: usize, f: impl FnOnce(&Page)) {
+        let kept = SCRATCH.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take())).ok().flatten();
+        let page = match kept {
+            Some(page) if page.size() == size => {
+                page.zero();
+                page
+            }
+            _ => Page::boxed(size),
+        };
+        f(&page);
+        let _ = SCRATCH.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                *s = Some(page);
+            }
+        });
+    }
 }
 
 /// [`build`] straight into `page`, which must be all zeros and reachable by nobody else yet (a

@@ -781,7 +781,7 @@ impl BTree {
                 }
             },
         };
-        let mut buf = Vec::with_capacity(self.pool.page_size());
+        let mut buf = super::cursor::spare::take();
         let entries = node::read_refs(n, &mut buf);
         let (lower, upper) = (n.lower_fence(), n.upper_fence());
         let mid = split_point(&entries);
@@ -797,7 +797,8 @@ impl BTree {
             upper: upper.as_deref(),
             upper_child: n.upper_child(),
         };
-        node::build(right.page(), &right_spec, right_entries, self.layout, self.hints);
+        // Fresh pages (`Pool::alloc` zeroes them) that nobody reaches yet: built in place.
+        node::build_zeroed(right.page(), &right_spec, right_entries, self.layout, self.hints);
         let left_spec = NodeSpec {
             leaf,
             level: n.level(),
@@ -818,12 +819,14 @@ impl BTree {
                 let spec =
                     NodeSpec { leaf: false, level: n.level() + 1, lower: None, upper: None, upper_child: right_pid };
                 let entry = Entry { key: separator, value: Vec::new(), flags: 0, child: pid };
-                node::build(root.page(), &spec, &[entry], self.layout, self.hints);
+                node::build_zeroed(root.page(), &spec, &[entry], self.layout, self.hints);
                 drop(root);
                 self.root.store(root_pid, Release);
             }
             (None, None) => unreachable!("a root split allocates the new root"),
         }
+        drop(entries);
+        super::cursor::spare::give(buf);
         Counters::bump(&self.counters.splits);
         Ok(())
     }

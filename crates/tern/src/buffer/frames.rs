@@ -19,7 +19,7 @@
 
 use super::page::Page;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 
 /// A frame's header, followed in memory by its page's words.
 #[repr(C, align(64))]
@@ -66,9 +66,7 @@ impl Frame {
 
     /// Zeroes the page (the caller holds it exclusively or it is not published yet).
     pub(crate) fn zero(&self) {
-        for w in self.page.words() {
-            w.store(0, Relaxed);
-        }
+        self.page.zero();
     }
 }
 

@@ -191,6 +191,13 @@ impl Page {
         self.set_word(w, u64::from_le_bytes(word));
     }
 
+    /// Zeroes every word (exclusive holders only, or a page not published yet).
+    pub(crate) fn zero(&self) {
+        for w in self.words.iter() {
+            w.store(0, Relaxed);
+        }
+    }
+
     /// Copies every word of `other` (same size) into this page (exclusive holders only).
     pub(crate) fn copy_from(&self, other: &Page) {
         for (dst, src) in self.words.iter().zip(other.words.iter()) {
