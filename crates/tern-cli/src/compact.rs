@@ -20,7 +20,7 @@ pub struct CompactCmd {
 #[derive(Debug, Serialize)]
 struct Compacted {
     path: PathBuf,
-    /// Bytes of the database's files before and after.
+    /// Bytes the database's files occupy on disk (allocated blocks) before and after.
     bytes_before: u64,
     bytes_after: u64,
     /// Log records replayed by the open (folded into the new checkpoint).
@@ -40,11 +40,15 @@ struct Compacted {
 /// swap leaves the database as it was; a crash between the two renames leaves it whole under
 /// `.<name>.compact-<pid>`, which the error message names.
 pub fn run(cmd: CompactCmd) -> Result<(), String> {
-    let path = &cmd.path;
-    let shown = path.display();
-    if !path.is_dir() || !tern::recovery::is_database(path).map_err(|e| format!("{shown}: {e}"))? {
-        return Err(format!("{shown} is not a database directory"));
+    let given = cmd.path.display();
+    if !cmd.path.is_dir() || !tern::recovery::is_database(&cmd.path).map_err(|e| format!("{given}: {e}"))? {
+        return Err(format!("{given} is not a database directory"));
     }
+    // The directory itself, by its name in its parent: `db/.`, `.` and a symbolic link name
+    // the same one (the copy replaces the directory the link points to, not the link).
+    let path = &std::fs::canonicalize(&cmd.path).map_err(|e| format!("{given}: {e}"))?;
+    let shown = path.display();
+    let swap = Swap::beside(path)?;
     let started = Instant::now();
     let bytes_before = dir_bytes(path)?;
     let db = Db::open(path, Options::default()).map_err(|e| match e {
@@ -54,7 +58,7 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
     let records_replayed = db.stats().recovery.map_or(0, |r| r.records_replayed);
     let info = db.checkpoint().map_err(|e| format!("{shown}: checkpoint: {e}"))?;
     db.close().map_err(|e| format!("{shown}: closing: {e}"))?;
-    let entries = rewrite(path)?;
+    let entries = rewrite(path, &swap)?;
     let done = Compacted {
         path: path.clone(),
         bytes_before,
@@ -79,39 +83,64 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
     Ok(())
 }
 
+/// The two directories beside the database that the rewrite uses.
+struct Swap {
+    /// The compacted copy, moved into place at the end.
+    fresh: PathBuf,
+    /// Where the database is moved aside to, then removed.
+    old: PathBuf,
+}
+
+impl Swap {
+    /// The names beside `path` (absolute, symbolic links resolved), checked before any work.
+    fn beside(path: &Path) -> Result<Swap, String> {
+        let shown = path.display();
+        let (Some(name), Some(parent)) = (path.file_name(), path.parent()) else {
+            return Err(format!(
+                "{shown}: the root directory cannot be compacted (it is swapped with a copy beside it)"
+            ));
+        };
+        let name = name.to_string_lossy();
+        let pid = std::process::id();
+        Ok(Swap {
+            fresh: parent.join(format!(".{name}.compact-{pid}")),
+            old: parent.join(format!(".{name}.old-{pid}")),
+        })
+    }
+}
+
 /// Copies the closed database at `path` densely into a new directory beside it and swaps the
 /// two; returns the entries copied.
-fn rewrite(path: &Path) -> Result<u64, String> {
+fn rewrite(path: &Path, swap: &Swap) -> Result<u64, String> {
     let shown = path.display();
-    let name = path.file_name().ok_or_else(|| format!("{shown}: not a directory name"))?.to_string_lossy().into_owned();
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let pid = std::process::id();
-    let fresh = parent.join(format!(".{name}.compact-{pid}"));
-    let old = parent.join(format!(".{name}.old-{pid}"));
-    let copied = tern::backup::backup_dir(path, &fresh).map_err(|e| format!("{shown}: copying: {e}"))?;
-    // Opening loads the copy into full pages; closing writes them as one page checkpoint.
-    let reopened = Db::open(&fresh, Options::default()).and_then(|db| {
+    let (fresh, old) = (&swap.fresh, &swap.old);
+    let copied = tern::backup::backup_dir(path, fresh).map_err(|e| format!("{shown}: copying: {e}"))?;
+    // Opening loads the copy (a logical checkpoint) into full pages; its first checkpoint
+    // writes them as one page checkpoint.
+    let reopened = Db::open(fresh, Options::default()).and_then(|db| {
         db.checkpoint()?;
         db.close()
     });
     if let Err(e) = reopened {
-        let _ = std::fs::remove_dir_all(&fresh);
+        let _ = std::fs::remove_dir_all(fresh);
         return Err(format!("{shown}: writing the compacted copy: {e}"));
     }
-    std::fs::rename(path, &old).map_err(|e| format!("{shown}: moving it aside to {}: {e}", old.display()))?;
-    if let Err(e) = std::fs::rename(&fresh, path) {
+    std::fs::rename(path, old).map_err(|e| format!("{shown}: moving it aside to {}: {e}", old.display()))?;
+    if let Err(e) = std::fs::rename(fresh, path) {
         return Err(format!(
             "{shown}: moving the compacted copy into place: {e}; the database is at {} (compacted) and {} (as it was)",
             fresh.display(),
             old.display()
         ));
     }
-    std::fs::remove_dir_all(&old).map_err(|e| format!("{shown}: removing the old copy {}: {e}", old.display()))?;
+    std::fs::remove_dir_all(old).map_err(|e| format!("{shown}: removing the old copy {}: {e}", old.display()))?;
     Ok(copied.entries)
 }
 
-/// Bytes of the files in `dir`.
+/// Bytes the files in `dir` occupy on disk: allocated blocks, not lengths (the page file has
+/// two slots per page and one of them is usually a hole).
 fn dir_bytes(dir: &Path) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
     let entries = std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-    Ok(entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+    Ok(entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.blocks() * 512).sum())
 }

@@ -155,3 +155,36 @@ fn compact_folds_the_log_into_a_checkpoint_and_keeps_every_entry() {
     }
     assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0, "nothing is written to a directory that is no database");
 }
+
+/// The compacted database holds a page checkpoint, which opens without loading any entry (the
+/// copy's logical checkpoint was left in place before, and every open loaded it); a symbolic
+/// link or `db/.` compacts the directory itself.
+#[test]
+fn compact_leaves_a_page_checkpoint_and_resolves_its_path() {
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("db");
+    make_db(&src);
+    let link = root.path().join("link");
+    std::os::unix::fs::symlink(&src, &link).unwrap();
+    let dotted = format!("{}/.", src.display());
+    for path in [src.to_str().unwrap(), link.to_str().unwrap(), dotted.as_str()] {
+        let (ok, stdout, stderr) = tern_cmd(&["compact", path, "--json"]);
+        assert!(ok, "{path}: {stderr}");
+        let done: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(done["path"], src.to_str().unwrap(), "{done}");
+        let db = Db::open(&src, Options::default()).unwrap();
+        let recovery = db.stats().recovery.unwrap();
+        assert_eq!(recovery.checkpoint_entries, 0, "{path}: a logical checkpoint was left: {recovery}");
+        assert!(recovery.checkpoint_pages > 0, "{recovery}");
+        assert_eq!(done["entries"], 400, "{done}");
+        assert_eq!(db.begin_read().unwrap().range(..).unwrap().count(), 300);
+        db.close().unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link is kept");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -250,6 +250,11 @@ pub(crate) struct Durable {
     dir: PathBuf,
     /// One checkpoint at a time; the newest checkpoint's sequence number.
     checkpointing: StdMutex<Option<u64>>,
+    /// Whether the newest checkpoint is a logical one (written by tern before page checkpoints,
+    /// or a backup's copy), which every open loads entry by entry: the next checkpoint is
+    /// written even if nothing was logged since, as a page checkpoint. Changed under
+    /// `checkpointing`.
+    newest_logical: AtomicBool,
     /// What the chain ids in the durable page checkpoint's leaves stand for, by page.
     checkpoint_chains: StdMutex<checkpoint::pages::Chains>,
     checkpoint_stats: StdMutex<CheckpointStats>,
@@ -308,7 +313,8 @@ impl Db {
         options.tree.validate()?;
         create_dir(&*fs, dir)?;
         let lock = recovery::lock_dir(dir)?;
-        // The page size is the database's once it exists (see `settings`).
+        // The page size, search layout and hints are the database's once it exists (see
+        // `settings`).
         let stored = settings::read(&*fs, dir)?;
         let mut options = options;
         if let Some(s) = stored {
@@ -323,7 +329,7 @@ impl Db {
         };
         let (batch, defer) = (options.wal.replay_batch_bytes, options.wal.deferred_replay);
         let recovered = recovery::recover(&*fs, dir, options.tree, &open_pool, true, batch, defer)?;
-        if stored.is_none() {
+        if !stored.is_some_and(|s| s.is_complete()) {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
         crate::txn::context::clock_advance_to(recovered.max_ts);
@@ -335,6 +341,7 @@ impl Db {
             end,
             next_log_seq,
             checkpoint_seq,
+            checkpoint_logical,
             checkpoint_lsn,
             deferred,
             stats,
@@ -357,6 +364,7 @@ impl Db {
             fs,
             dir: dir.to_path_buf(),
             checkpointing: StdMutex::new(checkpoint_seq),
+            newest_logical: AtomicBool::new(checkpoint_logical),
             checkpoint_chains: StdMutex::new(checkpoint::pages::chains_by_page(&chains)),
             checkpoint_stats: StdMutex::new(CheckpointStats::default()),
             recovery: stats,
@@ -479,7 +487,8 @@ impl Db {
         self.inner.path.as_deref()
     }
 
-    /// The options the database was opened with.
+    /// The options the database was opened with, with the ones its stored data depends on
+    /// (the page size, search layout and hints recorded when it was created) as recorded.
     pub fn options(&self) -> Options {
         self.inner.options
     }
@@ -836,7 +845,8 @@ impl DbInner {
         let mut newest = d.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
         let result = (|| {
             d.wal.check_writable()?;
-            if !force && newest.is_some() && d.wal.end() == d.wal.checkpoint_lsn() {
+            let logical = d.newest_logical.load(Relaxed);
+            if !force && newest.is_some() && !logical && d.wal.end() == d.wal.checkpoint_lsn() {
                 return Ok(None);
             }
             // The checkpoint replaces the log that holds the deferred writes.
@@ -869,6 +879,7 @@ impl DbInner {
             let written = checkpoint::pages::write(&request, &mut chains, move || drop(catalog))?;
             drop(chains);
             drop(txn);
+            d.newest_logical.store(false, Relaxed);
             if let Some(old) = newest.replace(seq) {
                 let name = checkpoint::file_name(old);
                 d.fs.remove(&d.dir.join(&name))

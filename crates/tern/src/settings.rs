@@ -1,24 +1,40 @@
 //! The database's settings file: what its stored data depends on, fixed when it is created.
 //!
-//! The page size bounds the length of a key (an eighth of a page), so a database written with
-//! 16 KiB pages holds keys that 4 KiB pages cannot: it must be read back with the page size it
-//! was created with, whatever the options of a later open say. `SETTINGS` records it; opening
-//! an existing database takes it from there ([`crate::Db::options`] reports the page size in
-//! use), and the option only applies when a database is created.
+//! Three tree options shape the pages a database stores, so it must be read back with the ones
+//! it was created with, whatever the options of a later open say:
+//!
+//! * the **page size**, which also bounds the length of a key (an eighth of a page): a
+//!   database written with 16 KiB pages holds keys that 4 KiB pages cannot;
+//! * the **search layout** (`TreeConfig::layout`): the Eytzinger and B-tree layouts keep a
+//!   search array of their own in every node, which the slot-array layouts neither write nor
+//!   keep in order; a tree searched with another layout than it was built with misses keys
+//!   and writes entries out of order;
+//! * whether nodes keep **hint arrays** (`TreeConfig::hints`), which `tern check` verifies
+//!   against the setting.
+//!
+//! `SETTINGS` records them; opening an existing database takes them from there
+//! ([`crate::Db::options`] reports the ones in use), and the options only apply when a database
+//! is created.
 //!
 //! # Invariants
 //! 1. `SETTINGS` is written once, before the first log file, under a temporary name, synced and
 //!    renamed into place (then the directory synced): it is either absent or complete. A
-//!    leftover `SETTINGS.tmp` is removed at open.
+//!    leftover `SETTINGS.tmp` is removed at open. (It is written again, the same way, only to
+//!    complete a format-1 file: invariant 3.)
 //! 2. A database without `SETTINGS` was created by tern before the file existed (or never got
 //!    past its creation): it opens with the options given, and once it has been recovered with
 //!    them, they are recorded.
+//! 3. A format-1 file records the page size only (tern before 2026-11-28): such a database
+//!    opens with the layout and hints of the options given (as every open did then), and once
+//!    it has been recovered with them, the file is rewritten in format 2 with them.
 //!
 //! # Format
-//! One 32-byte header as log and checkpoint files have (`TERNSET1`, format version, page
-//! size, crc32c of the rest).
+//! One 32-byte header as log and checkpoint files have (`TERNSET1`, format version, one
+//! number, crc32c of the rest). Format 1: the number is the page size. Format 2: bits 0..32
+//! the page size, bits 32..40 the layout (0 sorted, 1 branch-free, 2 Eytzinger, 3 B-tree), bit
+//! 40 hints kept.
 
-use crate::btree::TreeConfig;
+use crate::btree::{Layout, TreeConfig};
 use crate::fs::{write_all, Fs};
 use crate::wal::record::{file_header, parse_file_header};
 use crate::{Error, Result};
@@ -26,7 +42,9 @@ use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"TERNSET1";
 /// The version of the format of the files this tern writes.
-const FORMAT: u64 = 1;
+const FORMAT: u64 = 2;
+/// The format that records the page size only (invariant 3).
+const FORMAT_PAGE_SIZE_ONLY: u64 = 1;
 /// The file's name in the database directory.
 pub(crate) const FILE: &str = "SETTINGS";
 const TMP: &str = "SETTINGS.tmp";
@@ -36,18 +54,53 @@ const TMP: &str = "SETTINGS.tmp";
 pub(crate) struct Settings {
     /// Page size in bytes.
     pub page_size: usize,
+    /// The search layout and whether nodes keep hint arrays; `None` in a format-1 file, which
+    /// did not record them (invariant 3).
+    pub shape: Option<(Layout, bool)>,
 }
 
 impl Settings {
     /// The settings a database created with `tree` gets.
     pub fn of(tree: &TreeConfig) -> Settings {
-        Settings { page_size: tree.page_size }
+        Settings { page_size: tree.page_size, shape: Some((tree.layout, tree.hints)) }
     }
 
     /// `tree` with these settings applied.
     pub fn apply(&self, tree: TreeConfig) -> TreeConfig {
-        TreeConfig { page_size: self.page_size, ..tree }
+        let (layout, hints) = self.shape.unwrap_or((tree.layout, tree.hints));
+        TreeConfig { page_size: self.page_size, layout, hints, ..tree }
     }
+
+    /// Whether the file records everything this tern records (not a format-1 file).
+    pub fn is_complete(&self) -> bool {
+        self.shape.is_some()
+    }
+}
+
+/// The layout's number in the file.
+fn layout_code(layout: Layout) -> u64 {
+    match layout {
+        Layout::Sorted => 0,
+        Layout::BranchFree => 1,
+        Layout::Eytzinger => 2,
+        Layout::BTree => 3,
+    }
+}
+
+fn layout_of(code: u64) -> Option<Layout> {
+    Some(match code {
+        0 => Layout::Sorted,
+        1 => Layout::BranchFree,
+        2 => Layout::Eytzinger,
+        3 => Layout::BTree,
+        _ => return None,
+    })
+}
+
+/// The format-2 number of `settings` (which are complete).
+fn packed(settings: &Settings) -> u64 {
+    let (layout, hints) = settings.shape.expect("settings are written complete");
+    settings.page_size as u64 | layout_code(layout) << 32 | u64::from(hints) << 40
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -65,25 +118,34 @@ pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Result<Option<Settings>> {
         return Ok(None);
     }
     let bytes = fs.read_all(&dir.join(FILE)).map_err(io(format!("reading {FILE}")))?;
-    let Some((format, page_size)) = parse_file_header(MAGIC, &bytes) else {
+    let Some((format, number)) = parse_file_header(MAGIC, &bytes) else {
         return Err(corruption("not a tern settings file (bad header or checksum)"));
     };
-    if format != FORMAT {
-        return Err(corruption(format!("settings format {format}; this tern reads format {FORMAT}")));
-    }
+    let (page_size, shape) = match format {
+        FORMAT_PAGE_SIZE_ONLY => (number, None),
+        FORMAT => {
+            if number >> 41 != 0 {
+                return Err(corruption(format!("unknown settings bits {:#x}", number >> 41 << 41)));
+            }
+            let Some(layout) = layout_of(number >> 32 & 0xFF) else {
+                return Err(corruption(format!("unknown search layout {}", number >> 32 & 0xFF)));
+            };
+            (number & 0xFFFF_FFFF, Some((layout, number >> 40 & 1 == 1)))
+        }
+        _ => return Err(corruption(format!("settings format {format}; this tern reads formats 1 and {FORMAT}"))),
+    };
     let page_size = usize::try_from(page_size).unwrap_or(0);
     let tree = TreeConfig { page_size, ..TreeConfig::default() };
     if tree.validate().is_err() {
         return Err(corruption(format!("a page size of {page_size} bytes")));
     }
-    Ok(Some(Settings { page_size }))
+    Ok(Some(Settings { page_size, shape }))
 }
 
 /// Records `settings` in `dir` (invariant 1).
 pub(crate) fn write(fs: &dyn Fs, dir: &Path, settings: &Settings) -> Result<()> {
     let mut file = fs.create(&dir.join(TMP)).map_err(io(format!("creating {TMP}")))?;
-    write_all(&mut *file, &file_header(MAGIC, FORMAT, settings.page_size as u64))
-        .map_err(io(format!("writing {TMP}")))?;
+    write_all(&mut *file, &file_header(MAGIC, FORMAT, packed(settings))).map_err(io(format!("writing {TMP}")))?;
     file.sync().map_err(io(format!("syncing {TMP}")))?;
     fs.rename(&dir.join(TMP), &dir.join(FILE)).map_err(io(format!("renaming {TMP} to {FILE}")))?;
     fs.sync_dir(dir).map_err(io(format!("syncing directory {}", dir.display())))
@@ -103,15 +165,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fs = crate::fs::StdFs;
         assert_eq!(read(&fs, dir.path()).unwrap(), None);
-        write(&fs, dir.path(), &Settings { page_size: 8192 }).unwrap();
-        assert_eq!(read(&fs, dir.path()).unwrap(), Some(Settings { page_size: 8192 }));
+        for layout in Layout::ALL {
+            for hints in [false, true] {
+                let settings = Settings { page_size: 8192, shape: Some((layout, hints)) };
+                write(&fs, dir.path(), &settings).unwrap();
+                assert_eq!(read(&fs, dir.path()).unwrap(), Some(settings));
+            }
+        }
         assert!(!dir.path().join(TMP).exists());
         let mut bytes = std::fs::read(dir.path().join(FILE)).unwrap();
         bytes[17] ^= 1;
         std::fs::write(dir.path().join(FILE), &bytes).unwrap();
         assert!(matches!(read(&fs, dir.path()), Err(Error::Corruption { .. })));
-        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 1000)).unwrap();
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 1 << 32 | 1000)).unwrap();
         let err = read(&fs, dir.path()).unwrap_err();
         assert!(err.to_string().contains("page size of 1000"), "{err}");
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 7 << 32 | 4096)).unwrap();
+        let err = read(&fs, dir.path()).unwrap_err();
+        assert!(err.to_string().contains("unknown search layout 7"), "{err}");
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 1 << 45 | 4096)).unwrap();
+        let err = read(&fs, dir.path()).unwrap_err();
+        assert!(err.to_string().contains("unknown settings bits"), "{err}");
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, 3, 4096)).unwrap();
+        assert!(read(&fs, dir.path()).unwrap_err().to_string().contains("settings format 3"));
+    }
+
+    #[test]
+    fn a_format_1_file_gives_the_page_size_and_leaves_the_shape_to_the_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::fs::StdFs;
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT_PAGE_SIZE_ONLY, 8192)).unwrap();
+        let settings = read(&fs, dir.path()).unwrap().unwrap();
+        assert_eq!(settings, Settings { page_size: 8192, shape: None });
+        assert!(!settings.is_complete());
+        let given = TreeConfig { layout: Layout::Eytzinger, hints: false, ..TreeConfig::default() };
+        let applied = settings.apply(given);
+        assert_eq!((applied.page_size, applied.layout, applied.hints), (8192, Layout::Eytzinger, false));
     }
 }

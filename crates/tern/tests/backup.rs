@@ -203,3 +203,49 @@ fn a_temporary_database_backs_up_to_disk() {
     assert_eq!(read.get_in(&copy.table("t").unwrap(), b"k2").unwrap(), Some(b"v2".to_vec()));
     assert_eq!(copy.options().tree.page_size, db.options().tree.page_size);
 }
+
+/// A backup's copy holds a logical checkpoint, which every open loads entry by entry: its first
+/// checkpoint (asked for, or the one at close) turns it into a page checkpoint even though
+/// nothing was logged, and opens from then on load no entries.
+#[test]
+fn the_first_checkpoint_of_a_copy_turns_it_into_a_page_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("src"), Options::default()).unwrap();
+    let mut txn = db.begin().unwrap();
+    for i in 0..3000u32 {
+        txn.put(format!("key{i:05}").as_bytes(), &[i as u8; 200]).unwrap();
+    }
+    txn.commit().unwrap();
+    for (copy, ask) in [("asked", true), ("closed", false)] {
+        let copy = dir.path().join(copy);
+        db.backup(&copy).unwrap();
+        let opened = Db::open(&copy, Options::default()).unwrap();
+        let recovery = opened.stats().recovery.unwrap();
+        assert_eq!((recovery.checkpoint_entries, recovery.checkpoint_pages), (3000, 0), "a logical checkpoint");
+        if ask {
+            let info = opened.checkpoint().unwrap().expect("written although nothing was logged");
+            // Its pages may be on disk already (the load writes them behind itself).
+            assert!(info.pages > 0, "{info:?}");
+            assert!(opened.checkpoint().unwrap().is_none(), "then nothing to write");
+        }
+        opened.close().unwrap();
+        let reopened = Db::open(&copy, Options::default()).unwrap();
+        let recovery = reopened.stats().recovery.unwrap();
+        assert_eq!(recovery.checkpoint_entries, 0, "no entries loaded");
+        assert!(recovery.checkpoint_pages > 0);
+        let read = reopened.begin_read().unwrap();
+        assert_eq!(read.range(..).unwrap().count(), 3000);
+        assert_eq!(read.get(b"key02999").unwrap(), Some(vec![2999u32 as u8; 200]));
+        drop(read);
+        reopened.close().unwrap();
+        let files: Vec<String> =
+            std::fs::read_dir(&copy).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            files.iter().filter(|f| f.ends_with(".ckpt")).count(),
+            1,
+            "the logical checkpoint removed: {files:?}"
+        );
+        let report = tern::recovery::check(&copy).unwrap();
+        assert_eq!(report.tables[0].entries, 3000);
+    }
+}

@@ -320,3 +320,107 @@ fn a_database_keeps_the_page_size_it_was_created_with() {
     let mut txn = db.begin().unwrap();
     assert!(matches!(txn.put(&long_key, b"v"), Err(Error::KeyTooLarge { len: 2000, max: 512 })));
 }
+
+/// The search layout and the hint arrays shape the pages too: reopening with other ones opens
+/// the database with those it was created with (a tree searched with another layout missed
+/// every key and wrote entries out of order), and `check` verifies the pages against them.
+#[test]
+fn a_database_keeps_the_search_layout_and_hints_it_was_created_with() {
+    use tern::btree::Layout;
+    let key = |i: u32| format!("key{i:06}").into_bytes();
+    for (created, hints) in
+        [(Layout::BranchFree, true), (Layout::Sorted, false), (Layout::Eytzinger, true), (Layout::BTree, false)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = Options::default();
+        options.tree.layout = created;
+        options.tree.hints = hints;
+        {
+            let db = Db::open(dir.path(), options).unwrap();
+            let mut txn = db.begin().unwrap();
+            for i in 0..5000 {
+                txn.put(&key(i), b"v").unwrap();
+            }
+            txn.commit().unwrap();
+            db.close().unwrap();
+        }
+        let report = tern::recovery::check(dir.path()).unwrap();
+        assert_eq!(report.tables[0].entries, 5000, "{created:?}, hints {hints}: check of the database as created");
+        for other in Layout::ALL {
+            let mut reopen = Options::default();
+            reopen.tree.layout = other;
+            reopen.tree.hints = !hints;
+            let db = Db::open(dir.path(), reopen).unwrap();
+            let in_use = db.options().tree;
+            assert_eq!((in_use.layout, in_use.hints), (created, hints), "the stored layout and hints win");
+            for i in (0..5000).step_by(97) {
+                assert_eq!(get(&db, &key(i)).as_deref(), Some(&b"v"[..]), "{created:?} reopened as {other:?}");
+            }
+            let mut txn = db.begin().unwrap();
+            for i in 5000..5100 {
+                txn.put(&key(i), b"w").unwrap();
+            }
+            txn.commit().unwrap();
+            assert_eq!(db.begin_read().unwrap().range(..).unwrap().count(), 5100);
+            db.close().unwrap();
+            let report = tern::recovery::check(dir.path()).unwrap();
+            assert_eq!(report.tables[0].entries, 5100, "{created:?} reopened as {other:?}");
+            let db = Db::open(dir.path(), options).unwrap();
+            let mut txn = db.begin().unwrap();
+            for i in 5000..5100 {
+                txn.delete(&key(i)).unwrap();
+            }
+            txn.commit().unwrap();
+            db.close().unwrap();
+        }
+    }
+}
+
+/// A settings file from before the layout was recorded (format 1: the page size only) opens
+/// with the layout and hints given, as every open did then, and records them from then on.
+#[test]
+fn a_format_1_settings_file_is_completed_with_the_options_of_the_next_open() {
+    use tern::btree::Layout;
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = Options::default();
+    options.tree.layout = Layout::Eytzinger;
+    options.tree.hints = false;
+    options.tree.page_size = 8192;
+    {
+        let db = Db::open(dir.path(), options).unwrap();
+        let mut txn = db.begin().unwrap();
+        txn.put(b"k", b"v").unwrap();
+        txn.commit().unwrap();
+        db.close().unwrap();
+    }
+    // The header as tern wrote it before: magic, format 1, the page size, crc32c of the rest.
+    let mut header = [0u8; 32];
+    header[..8].copy_from_slice(b"TERNSET1");
+    header[8..16].copy_from_slice(&1u64.to_le_bytes());
+    header[16..24].copy_from_slice(&8192u64.to_le_bytes());
+    let crc = crc32c_of(&header[..28]);
+    header[28..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(dir.path().join("SETTINGS"), header).unwrap();
+    let db = Db::open(dir.path(), options).unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+    db.close().unwrap();
+    assert_ne!(std::fs::read(dir.path().join("SETTINGS")).unwrap(), header, "rewritten in the current format");
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let in_use = db.options().tree;
+    assert_eq!((in_use.page_size, in_use.layout, in_use.hints), (8192, Layout::Eytzinger, false));
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+    db.close().unwrap();
+    tern::recovery::check(dir.path()).unwrap();
+}
+
+/// CRC-32C (Castagnoli), bit by bit: the settings file's checksum, computed independently.
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { crc >> 1 ^ 0x82F6_3B78 } else { crc >> 1 };
+        }
+    }
+    !crc
+}

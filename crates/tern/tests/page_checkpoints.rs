@@ -169,6 +169,45 @@ fn a_checkpoint_writes_the_pages_that_changed_not_the_database() {
     assert_eq!(t.range(..).unwrap().count(), 20_000);
 }
 
+/// Values too large for a leaf live in overflow pages of the file once folded, like the
+/// others: a checkpoint writes the pages they changed, not every large value beside its page
+/// map, and they need no memory once evicted.
+#[test]
+fn large_values_are_pages_on_disk_and_a_checkpoint_writes_only_those_that_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = |i: u64, round: u64| vec![(i + round) as u8; 1500 + (i as usize % 7) * 3000];
+    let db = Db::open(dir.path(), options()).unwrap();
+    let mut want = BTreeMap::new();
+    for i in 0..200u64 {
+        let mut t = db.begin().unwrap();
+        t.put(format!("big{i:04}").as_bytes(), &big(i, 0)).unwrap();
+        t.commit().unwrap();
+        want.insert(format!("big{i:04}").into_bytes(), big(i, 0));
+    }
+    db.gc();
+    assert_eq!(db.stats().gc.versions_live, 0, "every large value folded into pages");
+    let first = db.checkpoint().unwrap().unwrap();
+    for i in (0..200u64).step_by(50) {
+        let mut t = db.begin().unwrap();
+        t.put(format!("big{i:04}").as_bytes(), &big(i, 1)).unwrap();
+        t.commit().unwrap();
+        want.insert(format!("big{i:04}").into_bytes(), big(i, 1));
+    }
+    db.gc();
+    let second = db.checkpoint().unwrap().unwrap();
+    // Four values of at most 19.5 KB: their leaves and a few 4 KiB overflow pages each.
+    assert!(second.pages_written <= 30, "4 updates rewrote {} of {} pages", second.pages_written, second.pages);
+    assert!(first.pages > 600, "the values' pages are in the checkpoint: {first:?}");
+    let map = dir.path().join(&second.file);
+    assert!(std::fs::metadata(&map).unwrap().len() < 64 << 10, "no large value beside the page map");
+    db.close().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_eq!(db.stats().recovery.unwrap().checkpoint_entries, 0);
+    assert_eq!(first_difference(&contents(&db), &want), None);
+    db.close().unwrap();
+    tern::recovery::check(dir.path()).unwrap();
+}
+
 fn fill(db: &Db, from: u64, to: u64, tag: u8) {
     let mut t = db.begin().unwrap();
     for i in from..to {

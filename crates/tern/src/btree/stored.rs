@@ -9,6 +9,7 @@
 
 use super::cursor::spare;
 use super::node::{Entry, NodeRef, ValueRef, FLAG_CHAIN, FLAG_OVERFLOW};
+use super::overflow;
 use super::tree::{Abort, BTree, Room};
 use crate::Result;
 use crossbeam_epoch::Guard;
@@ -54,8 +55,10 @@ pub(crate) enum Change<'a> {
     /// Store this chain id (replacing any plain value or other id).
     Chain(u64),
     /// Store this plain value; applied only if it fits in the leaf (else the slot is kept:
-    /// [`Applied::NoRoom`] or [`Applied::TooLarge`]). Borrowed when the bytes outlive the
-    /// call (a version's value being folded back), so no copy is made before the leaf's.
+    /// [`Applied::NoRoom`] or [`Applied::TooLarge`]), or, in a slot holding a chain, if it is
+    /// larger than a leaf value can be: then it goes to overflow pages and the slot keeps
+    /// their reference. Borrowed when the bytes outlive the call (a version's value being
+    /// folded back), so no copy is made before the leaf's.
     Plain(Cow<'a, [u8]>),
     /// Remove the slot.
     Remove,
@@ -77,7 +80,8 @@ pub(crate) enum Applied {
     /// A `Change::Plain` that does not fit in the leaf now (it may after a split or a merge):
     /// the slot is as it was.
     NoRoom,
-    /// A `Change::Plain` larger than a leaf value can ever be: the slot is as it was.
+    /// A `Change::Plain` larger than a leaf value can ever be, for a slot that holds no chain
+    /// (or overflow pages could not be allocated for it: an I/O error): the slot is as it was.
     TooLarge,
 }
 
@@ -232,14 +236,29 @@ impl BTree {
                 self.replace_slot(n, slot, existed, key, &record, FLAG_CHAIN, guard);
                 Applied::Yes
             }
+            Change::Plain(value) if value.len() > self.max_inline() => {
+                // Too large for a leaf. A chain folding back (its record keeps at least the 8
+                // bytes of its id) moves the value to overflow pages and keeps their reference
+                // in its place, as `put` stores a large value; anything else is refused.
+                if existed && v.flags & FLAG_CHAIN != 0 && v.len >= 8 {
+                    match overflow::write(self, &value, |_| {}) {
+                        Ok(first) => {
+                            n.set_value_in_place(slot, &overflow::reference(first, value.len()), 8, FLAG_OVERFLOW);
+                            Applied::Yes
+                        }
+                        // No page for it (an I/O error): the value stays in its version.
+                        Err(_) => Applied::TooLarge,
+                    }
+                } else {
+                    Applied::TooLarge
+                }
+            }
             Change::Plain(value) if existed && v.flags & FLAG_CHAIN != 0 && value.len() <= v.len => {
                 n.set_value_in_place(slot, &value, value.len(), 0);
                 Applied::Yes
             }
             Change::Plain(value) => {
-                if value.len() > self.max_inline() {
-                    Applied::TooLarge
-                } else if matches!(self.room(n, key.len(), value.len()), Room::Split) {
+                if matches!(self.room(n, key.len(), value.len()), Room::Split) {
                     Applied::NoRoom
                 } else {
                     self.replace_slot(n, slot, existed, key, &value, 0, guard);

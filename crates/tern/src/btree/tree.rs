@@ -41,13 +41,14 @@ pub const MAX_VALUE: usize = 1 << 30;
 pub struct TreeConfig {
     /// Page size in bytes: a power of two from 4 KiB to 64 KiB.
     pub page_size: usize,
-    /// The node search layout; fixed for the tree's life (it shapes the pages).
+    /// The node search layout; fixed for the tree's life (it shapes the pages). A database
+    /// records it when it is created, and later opens use the recorded one.
     pub layout: Layout,
     /// Software-prefetch depth, 0 to 2; can be changed at any time.
     pub prefetch: u8,
     /// Whether nodes keep a hint array (16 samples of the slot array's heads, `node.rs`) that
     /// narrows a search to a few slots before the binary search; slot-array layouts only
-    /// (sorted, branch-free). Fixed for the tree's life.
+    /// (sorted, branch-free). Fixed for the tree's life; recorded by a database as the layout is.
     pub hints: bool,
     /// Whether node memory is advised for transparent huge pages (`MADV_HUGEPAGE`, Linux; a
     /// hint the kernel may ignore). Fixed for the tree's life.

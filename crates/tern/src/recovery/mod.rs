@@ -150,6 +150,8 @@ pub(crate) struct Recovered {
     pub next_log_seq: u64,
     /// The newest checkpoint's sequence number, if any.
     pub checkpoint_seq: Option<u64>,
+    /// Whether it is a logical checkpoint (loaded entry by entry), not a page checkpoint.
+    pub checkpoint_logical: bool,
     /// The LSN it replays from.
     pub checkpoint_lsn: u64,
     /// The log's last batch, not applied yet (`defer`).
@@ -189,6 +191,7 @@ pub(crate) fn recover(
         Some(seq) => checkpoint::read_page_map(fs, dir, seq, config)?,
         None => None,
     };
+    let logical = newest.is_some() && page_map.is_none();
     let (pool, mut tables, snapshot, lsn) = match (newest, page_map) {
         (Some(seq), Some(map)) => {
             let pool = open_pool(Some(&map.pages))?;
@@ -250,6 +253,7 @@ pub(crate) fn recover(
         log_files: log.files,
         end: log.end,
         checkpoint_seq: newest,
+        checkpoint_logical: logical,
         checkpoint_lsn: lsn,
         deferred,
         stats,

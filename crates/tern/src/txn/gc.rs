@@ -97,7 +97,8 @@ pub(crate) const SHARDS: usize = 16;
 pub(crate) struct Collected {
     pub pruned: u64,
     pub folded: u64,
-    /// Keys left as a single version because their value is too large for a leaf.
+    /// Keys left as a single version because their value is too large for a leaf and the
+    /// overflow pages it folds into could not be written (an I/O error); they stay queued.
     pub oversized: u64,
     pub remaining: usize,
     /// Keys the pass looked at.
@@ -325,9 +326,12 @@ pub(crate) fn collect<'t>(
                             unlinked.versions.push(head as usize);
                             unlinked.chains.push(short_id(id));
                         }
-                        // One version everyone sees, too large for a leaf: it stays a version,
-                        // and there is nothing left to collect.
-                        Applied::TooLarge => done.oversized += 1,
+                        // Too large for a leaf, and no overflow page could be written for it
+                        // (an I/O error): it stays a version, queued for a later pass.
+                        Applied::TooLarge => {
+                            done.oversized += 1;
+                            rest_at(item);
+                        }
                         _ => rest_at(item),
                     }
                 }
