@@ -1,5 +1,6 @@
 //! `tern backup SRC DST`: a consistent copy of a database directory in a new directory.
 
+use crate::output::{self, Failure};
 use std::path::PathBuf;
 
 /// Options of `tern backup`.
@@ -16,7 +17,7 @@ pub struct BackupCmd {
 }
 
 /// Copies `src` without writing to it (it is recovered read-only, as `tern check` does).
-pub fn run(cmd: BackupCmd) -> Result<(), String> {
+pub fn run(cmd: BackupCmd) -> Result<(), Failure> {
     let src = cmd.src.display();
     let info = tern::backup::backup_dir(&cmd.src, &cmd.dst).map_err(|e| match e {
         tern::Error::Locked { .. } => {
@@ -25,9 +26,9 @@ pub fn run(cmd: BackupCmd) -> Result<(), String> {
         e => format!("{src}: {e}"),
     })?;
     if cmd.json {
-        println!("{}", serde_json::to_string(&info).map_err(|e| e.to_string())?);
+        output::json(&info)
     } else {
-        println!(
+        output::line(format_args!(
             "{src} -> {}: {} tables, {} entries, {} bytes, snapshot {}, {} ms",
             info.path.display(),
             info.tables,
@@ -35,7 +36,6 @@ pub fn run(cmd: BackupCmd) -> Result<(), String> {
             info.bytes,
             info.snapshot,
             info.millis
-        );
+        ))
     }
-    Ok(())
 }

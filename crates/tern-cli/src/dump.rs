@@ -2,6 +2,7 @@
 
 use crate::dumpfile::{Format, Writer};
 use crate::opendb::{self, Create};
+use crate::output::Failure;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
@@ -30,11 +31,11 @@ pub struct DumpCmd {
 }
 
 /// Dumps each table from one read transaction, so the dump is a consistent snapshot.
-pub fn run(cmd: DumpCmd) -> Result<(), String> {
+pub fn run(cmd: DumpCmd) -> Result<(), Failure> {
     opendb::with(&cmd.path, Create::No, |db| dump(db, &cmd))
 }
 
-fn dump(db: &tern::Db, cmd: &DumpCmd) -> Result<(), String> {
+fn dump(db: &tern::Db, cmd: &DumpCmd) -> Result<(), Failure> {
     let shown = cmd.path.display();
     let out: Box<dyn Write> = match &cmd.file {
         Some(f) => Box::new(std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?),
@@ -46,7 +47,7 @@ fn dump(db: &tern::Db, cmd: &DumpCmd) -> Result<(), String> {
     let txn = db.begin_read().map_err(|e| format!("{shown}: {e}"))?;
     let names = if cmd.table.is_empty() { db.table_names() } else { cmd.table.clone() };
     let bar = opendb::progress("dumping");
-    let write_err = |e: std::io::Error| format!("writing the dump: {e}");
+    let write_err = |e| Failure::writing("the dump", e);
     for name in &names {
         let table = txn.table(name).map_err(|e| format!("{shown}: {e}"))?;
         let mut cursor = txn.cursor_in(&table, ..).map_err(|e| format!("{shown}: {e}"))?;

@@ -5,6 +5,7 @@
 //! with `--hex`. Output uses the same encoding.
 
 use crate::opendb::{self, Create};
+use crate::output::{self, Failure, Output};
 use std::ops::Bound;
 use std::path::PathBuf;
 
@@ -130,51 +131,54 @@ pub fn encode(bytes: &[u8], hex: bool) -> String {
 
 /// `tern get`: prints each key's value, one per line; a missing key is an error (after the
 /// others are printed).
-pub fn get(cmd: GetCmd) -> Result<(), String> {
+pub fn get(cmd: GetCmd) -> Result<(), Failure> {
     let t = &cmd.target;
     let keys: Vec<Vec<u8>> = cmd.keys.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
     opendb::with(&t.path, Create::No, |db| {
         let txn = db.begin_read().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
+        let mut out = Output::new();
         let mut missing = Vec::new();
         for (key, shown) in keys.iter().zip(&cmd.keys) {
             match txn.get_in(&table, key).map_err(|e| e.to_string())? {
-                Some(v) => println!("{}", encode(&v, t.hex)),
+                Some(v) => out.line(encode(&v, t.hex))?,
                 None => missing.push(shown.clone()),
             }
         }
+        out.finish()?;
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(format!("not found: {}", missing.join(" ")))
+            Err(format!("not found: {}", missing.join(" ")).into())
         }
     })
 }
 
-/// `tern put`: writes every pair in one transaction.
-pub fn put(cmd: PutCmd) -> Result<(), String> {
+/// `tern put`: writes every pair in one transaction; the count is printed once the database is
+/// closed.
+pub fn put(cmd: PutCmd) -> Result<(), Failure> {
     let t = &cmd.target;
     if cmd.pairs.len() % 2 != 0 {
-        return Err(format!("put takes KEY VALUE pairs; {} arguments were given", cmd.pairs.len()));
+        return Err(format!("put takes KEY VALUE pairs; {} arguments were given", cmd.pairs.len()).into());
     }
     let pairs: Vec<Vec<u8>> = cmd.pairs.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
-    opendb::with(&t.path, Create::No, |db| {
+    opendb::with(&t.path, Create::No, |db| -> Result<(), String> {
         let mut txn = db.begin().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         for pair in pairs.chunks_exact(2) {
             txn.put_in(&table, &pair[0], &pair[1]).map_err(|e| e.to_string())?;
         }
-        txn.commit().map_err(|e| format!("committing: {e}"))?;
-        println!("put {} entries", pairs.len() / 2);
-        Ok(())
-    })
+        txn.commit().map_err(|e| format!("committing: {e}"))
+    })?;
+    output::line(format_args!("put {} entries", pairs.len() / 2))
 }
 
-/// `tern delete`: deletes every key in one transaction; keys that were not there are named.
-pub fn delete(cmd: DeleteCmd) -> Result<(), String> {
+/// `tern delete`: deletes every key in one transaction; keys that were not there are named
+/// (printed once the database is closed).
+pub fn delete(cmd: DeleteCmd) -> Result<(), Failure> {
     let t = &cmd.target;
     let keys: Vec<Vec<u8>> = cmd.keys.iter().map(|k| decode(k, t.hex)).collect::<Result<_, _>>()?;
-    opendb::with(&t.path, Create::No, |db| {
+    let missing = opendb::with(&t.path, Create::No, |db| -> Result<Vec<&str>, String> {
         let mut txn = db.begin().map_err(|e| e.to_string())?;
         let table = txn.table(&t.table).map_err(|e| e.to_string())?;
         let mut missing = Vec::new();
@@ -184,19 +188,19 @@ pub fn delete(cmd: DeleteCmd) -> Result<(), String> {
             }
         }
         txn.commit().map_err(|e| format!("committing: {e}"))?;
-        let deleted = keys.len() - missing.len();
-        if missing.is_empty() {
-            println!("deleted {deleted} entries");
-        } else {
-            println!("deleted {deleted} entries; not found: {}", missing.join(" "));
-        }
-        Ok(())
-    })
+        Ok(missing)
+    })?;
+    let deleted = keys.len() - missing.len();
+    if missing.is_empty() {
+        output::line(format_args!("deleted {deleted} entries"))
+    } else {
+        output::line(format_args!("deleted {deleted} entries; not found: {}", missing.join(" ")))
+    }
 }
 
 /// `tern scan`: prints entries in key order (or reverse), `KEY VALUE` per line separated by a
 /// tab, or JSON lines.
-pub fn scan(cmd: ScanCmd) -> Result<(), String> {
+pub fn scan(cmd: ScanCmd) -> Result<(), Failure> {
     let t = &cmd.target;
     let from = cmd.from.as_deref().map(|k| decode(k, t.hex)).transpose()?;
     let to = cmd.to.as_deref().map(|k| decode(k, t.hex)).transpose()?;
@@ -208,7 +212,7 @@ pub fn scan(cmd: ScanCmd) -> Result<(), String> {
         let mut cursor = txn.cursor_in(&table, (start, end)).map_err(|e| e.to_string())?;
         let mut entry = if cmd.reverse { cursor.last() } else { cursor.first() }.map_err(|e| e.to_string())?;
         let mut shown = 0u64;
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut out = Output::new();
         while let Some((k, v)) = entry {
             if cmd.limit.is_some_and(|l| shown >= l) {
                 break;
@@ -216,11 +220,11 @@ pub fn scan(cmd: ScanCmd) -> Result<(), String> {
             let (k, v) = (encode(k, t.hex), encode(v, t.hex));
             let line =
                 if cmd.json { serde_json::json!({ "key": k, "value": v }).to_string() } else { format!("{k}\t{v}") };
-            std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes()).map_err(|e| e.to_string())?;
+            out.line(line)?;
             shown += 1;
             entry = if cmd.reverse { cursor.prev() } else { cursor.next() }.map_err(|e| e.to_string())?;
         }
-        std::io::Write::flush(&mut out).map_err(|e| e.to_string())
+        out.finish()
     })
 }
 

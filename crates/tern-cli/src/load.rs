@@ -2,6 +2,7 @@
 
 use crate::dumpfile::Reader;
 use crate::opendb::{self, Create};
+use crate::output::{self, Failure};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -50,7 +51,7 @@ struct Loaded {
 /// Loads the dump section by section, committing every `--batch` entries. A load that fails
 /// half-way keeps the batches committed before the failure (the message says how many entries
 /// that is); running it again overwrites them with the same values.
-pub fn run(cmd: LoadCmd) -> Result<(), String> {
+pub fn run(cmd: LoadCmd) -> Result<(), Failure> {
     let started = Instant::now();
     let input: Box<dyn BufRead> = match &cmd.file {
         Some(f) => Box::new(BufReader::with_capacity(
@@ -66,19 +67,18 @@ pub fn run(cmd: LoadCmd) -> Result<(), String> {
     })?;
     done.millis = started.elapsed().as_millis() as u64;
     if cmd.json {
-        println!("{}", serde_json::to_string(&done).map_err(|e| e.to_string())?);
+        output::json(&done)
     } else {
         let skipped = if cmd.no_overwrite { format!(", {} existing keys kept", done.skipped) } else { String::new() };
-        println!(
+        output::line(format_args!(
             "{}: loaded {} entries into {} ({} created){skipped}; {} ms",
             cmd.path.display(),
             done.entries,
             names(&done.tables),
             done.created.len(),
             done.millis
-        );
+        ))
     }
-    Ok(())
 }
 
 fn names(tables: &[String]) -> String {

@@ -9,9 +9,12 @@ mod dumpfile;
 mod kv;
 mod load;
 mod opendb;
+mod output;
 mod stat;
 
 use clap::{Parser, Subcommand};
+use output::Failure;
+use std::io::Write;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -55,10 +58,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(cmd) => bench::run(*cmd),
+        Command::Bench(cmd) => bench::run(*cmd).map_err(Failure::from),
         Command::Check(cmd) => check::run(cmd),
         Command::Backup(cmd) => backup::run(cmd),
-        Command::Compact(cmd) => compact::run(cmd),
+        Command::Compact(cmd) => compact::run(cmd).map_err(Failure::from),
         Command::Stat(cmd) => stat::run(cmd),
         Command::Dump(cmd) => dump::run(cmd),
         Command::Load(cmd) => load::run(cmd),
@@ -68,9 +71,11 @@ fn main() -> ExitCode {
         Command::Scan(cmd) => kv::scan(cmd),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("tern: {message}");
+        // A closed pipe: whoever read the output wanted no more of it.
+        Ok(()) | Err(Failure::ReaderGone) => ExitCode::SUCCESS,
+        Err(Failure::Error(message)) => {
+            // Not eprintln!, which panics if standard error cannot be written either.
+            let _ = writeln!(std::io::stderr(), "tern: {message}");
             ExitCode::FAILURE
         }
     }

@@ -28,12 +28,12 @@ pub fn open(path: &Path, create: Create) -> Result<Db, String> {
 /// Opens the database at `path`, runs `f` on it and closes it, whether `f` failed or not; the
 /// first failure is returned (`f`'s, else closing's: a final checkpoint that could not be
 /// written).
-pub fn with<T>(path: &Path, create: Create, f: impl FnOnce(&Db) -> Result<T, String>) -> Result<T, String> {
+pub fn with<T, E: From<String>>(path: &Path, create: Create, f: impl FnOnce(&Db) -> Result<T, E>) -> Result<T, E> {
     let db = open(path, create)?;
     let result = f(&db);
     let closed = db.close().map_err(|e| format!("{}: closing: {e}", path.display()));
     let value = result?;
-    closed.map(|()| value)
+    Ok(closed.map(|()| value)?)
 }
 
 /// A progress spinner on standard error, drawn only when it is a terminal.

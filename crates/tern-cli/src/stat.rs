@@ -1,6 +1,7 @@
 //! `tern stat PATH`: what a database holds, and what opening it found.
 
 use crate::opendb::{self, Create};
+use crate::output::{self, Failure, Output};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -57,14 +58,13 @@ struct Report {
 
 /// Opens the database (replaying its log, as any open does), counts each table in one read
 /// transaction, and reports.
-pub fn run(cmd: StatCmd) -> Result<(), String> {
+pub fn run(cmd: StatCmd) -> Result<(), Failure> {
     let report = opendb::with(&cmd.path, Create::No, |db| report(db, &cmd))?;
     if cmd.json {
-        println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+        output::json(&report)
     } else {
-        print(&report);
+        print(&report)
     }
-    Ok(())
 }
 
 fn report(db: &tern::Db, cmd: &StatCmd) -> Result<Report, String> {
@@ -130,40 +130,45 @@ fn files(dir: &Path) -> Result<Vec<FileReport>, String> {
     Ok(files)
 }
 
-fn print(r: &Report) {
-    println!("{}", r.path.display());
-    println!("  {:<24} {:>12} {:>14} {:>14} {:>10}", "table", "records", "key bytes", "value bytes", "pages");
+fn print(r: &Report) -> Result<(), Failure> {
+    let mut out = Output::new();
+    out.line(r.path.display())?;
+    out.line(format_args!(
+        "  {:<24} {:>12} {:>14} {:>14} {:>10}",
+        "table", "records", "key bytes", "value bytes", "pages"
+    ))?;
     let opt = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
     for t in &r.tables {
         let name = if t.name.is_empty() { "(default)" } else { &t.name };
-        println!(
+        out.line(format_args!(
             "  {:<24} {:>12} {:>14} {:>14} {:>10}",
             name,
             opt(t.records),
             opt(t.key_bytes),
             opt(t.value_bytes),
             t.pages
-        );
+        ))?;
     }
-    println!(
+    out.line(format_args!(
         "  pages        {} bytes each: {} used, {} in the page file, {} free",
         r.page_size, r.pages_used, r.pages_in_file, r.pages_free
-    );
+    ))?;
     if let Some(rec) = &r.recovery {
-        println!("  checkpoint   {}", rec.checkpoint.as_deref().unwrap_or("(none)"));
-        println!(
+        out.line(format_args!("  checkpoint   {}", rec.checkpoint.as_deref().unwrap_or("(none)")))?;
+        out.line(format_args!(
             "  log          {} files read at open: {} records ({} bytes) after the checkpoint, replayed in {} ms",
             rec.log_files, rec.records_replayed, rec.bytes_replayed, rec.replay_millis
-        );
+        ))?;
     }
     let c = &r.cache;
     let capacity = if c.capacity_pages == 0 { "unbounded".to_string() } else { format!("{} pages", c.capacity_pages) };
-    println!(
+    out.line(format_args!(
         "  cache        {capacity}; {} resident, {} read from disk during this command",
         c.resident_pages, c.reads
-    );
-    println!("  files");
+    ))?;
+    out.line("  files")?;
     for f in &r.files {
-        println!("    {:<40} {:>14} bytes", f.name, f.bytes);
+        out.line(format_args!("    {:<40} {:>14} bytes", f.name, f.bytes))?;
     }
+    out.finish()
 }
