@@ -12,8 +12,8 @@ use tern::{Db, Table};
 /// Options of `tern load`.
 #[derive(clap::Args, Debug)]
 pub struct LoadCmd {
-    /// The database directory; created if it does not exist. It must not be open in another
-    /// process.
+    /// The database directory; a new database is created if it is missing or empty (a directory
+    /// holding other files is refused). It must not be open in another process.
     pub path: PathBuf,
     /// Read the dump from this file instead of standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE")]

@@ -12,17 +12,37 @@ pub enum Create {
     No,
 }
 
-/// Opens the database at `path` with default options.
+/// Opens the database at `path` with default options. Where it holds no database, only
+/// [`Create::IfMissing`] goes on, and only if `path` is missing or an empty directory: files
+/// that are not a database are never written over.
 pub fn open(path: &Path, create: Create) -> Result<Db, String> {
     let shown = path.display();
-    let exists = path.is_dir() && tern::recovery::is_database(path).map_err(|e| format!("{shown}: {e}"))?;
-    if !exists && create == Create::No {
-        return Err(format!("{shown} is not a database directory"));
+    if !is_database(path)? {
+        let missing_or_empty = match std::fs::read_dir(path) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound, // else a file, not a directory
+        };
+        match create {
+            Create::No => return Err(format!("{shown} is not a database directory")),
+            Create::IfMissing if !missing_or_empty => {
+                return Err(format!(
+                    "{shown} is not a database directory, nor an empty one (load creates a database only in a \
+                     missing or empty directory; nothing was written)"
+                ))
+            }
+            Create::IfMissing => {}
+        }
     }
     Db::open(path, Options::default()).map_err(|e| match e {
         tern::Error::Locked { .. } => format!("{shown}: {e} (another process has it open: close it first)"),
         e => format!("{shown}: {e}"),
     })
+}
+
+/// Whether `path` is a directory holding a tern database (as `tern check`, `backup` and
+/// `compact` decide it).
+fn is_database(path: &Path) -> Result<bool, String> {
+    Ok(path.is_dir() && tern::recovery::is_database(path).map_err(|e| format!("{}: {e}", path.display()))?)
 }
 
 /// Opens the database at `path`, runs `f` on it and closes it, whether `f` failed or not; the

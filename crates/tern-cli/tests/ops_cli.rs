@@ -24,16 +24,33 @@ fn run(cmd: &mut Command) -> Output {
     out
 }
 
-/// Runs `cmd` with `input` on its standard input.
-fn run_with_input(cmd: &mut Command, input: &[u8]) -> Output {
+/// Runs `cmd` with `input` on its standard input; also whether all of it was written (a
+/// command that fails may stop reading).
+fn output_with_input(cmd: &mut Command, input: &[u8]) -> (Output, std::io::Result<()>) {
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let input = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
+    (out, writer.join().unwrap())
+}
+
+/// Runs `cmd` with `input` on its standard input, expecting success.
+fn run_with_input(cmd: &mut Command, input: &[u8]) -> Output {
+    let (out, written) = output_with_input(cmd, input);
     assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    written.unwrap();
     out
+}
+
+/// Runs `cmd` with `input` on its standard input, expecting it to fail with a message (exit
+/// status 1, no panic); returns its standard error.
+fn fails_with_input(cmd: &mut Command, input: &[u8]) -> String {
+    let (out, _) = output_with_input(cmd, input);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{cmd:?} should fail: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
 }
 
 fn stdout(out: &Output) -> String {
@@ -109,20 +126,11 @@ fn load_reports_bad_input_by_line_and_keeps_or_skips_existing_keys() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let bad = b"VERSION=3\nformat=bytevalue\ntype=btree\nHEADER=END\n 6b31\n 7631\n 6b3\n 76\nDATA=END\n";
-    let out = tern().arg("load").arg(&db).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().and_then(|mut c| {
-        c.stdin.take().unwrap().write_all(bad)?;
-        c.wait_with_output()
-    });
-    let out = out.unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = fails_with_input(tern().arg("load").arg(&db), bad);
     assert!(err.contains("line 7: an odd number of hex digits"), "{err}");
     let dup = b"VERSION=3\nformat=print\ntype=btree\nduplicates=1\nHEADER=END\nDATA=END\n";
-    let out = tern().arg("load").arg(&db).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().and_then(|mut c| {
-        c.stdin.take().unwrap().write_all(dup)?;
-        c.wait_with_output()
-    });
-    assert!(String::from_utf8_lossy(&out.unwrap().stderr).contains("one value per key"));
+    let err = fails_with_input(tern().arg("load").arg(&db), dup);
+    assert!(err.contains("one value per key"), "{err}");
 
     run(tern().arg("put").arg(&db).args(["k1", "old", "k2", "two"]));
     let dump = b"VERSION=3\nformat=print\ntype=btree\nHEADER=END\n k1\n new\n k3\n three\nDATA=END\n";
@@ -243,4 +251,27 @@ fn berkeley_db_round_trip_through_tern_is_identical() {
     let db2 = dir.path().join("tern2");
     run_with_input(tern().arg("load").arg(&db2), &printed);
     assert_eq!(run(tern().arg("dump").arg(&db2)).stdout, run(tern().arg("dump").arg(&db)).stdout);
+}
+
+#[test]
+fn load_refuses_a_directory_that_holds_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("pages"), "my data\n").unwrap();
+    std::fs::write(other.join("readme.txt"), "notes\n").unwrap();
+    let err = fails_with_input(tern().arg("load").arg(&other), &make_dump(3, None, ""));
+    assert!(err.contains("is not a database directory") && err.contains("missing or empty"), "{err}");
+    let mut names: Vec<String> =
+        std::fs::read_dir(&other).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["pages", "readme.txt"], "nothing is written there");
+    assert_eq!(std::fs::read_to_string(other.join("pages")).unwrap(), "my data\n");
+    // A missing directory and an empty one become databases.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for db in [empty, dir.path().join("missing")] {
+        let out = run_with_input(tern().arg("load").arg(&db), &make_dump(3, None, ""));
+        assert!(stdout(&out).contains("loaded 3 entries"), "{}", stdout(&out));
+    }
 }
