@@ -19,7 +19,9 @@
 //! stored in order), and in `print` format a backslash not followed by a second backslash or
 //! two hex digits stands for itself (`mdb_dump -p` writes a lone backslash that way). What tern
 //! cannot hold is an error naming the line: duplicate keys (`duplicates=1`, `dupsort=1`),
-//! record-number databases (`type=recno`, `type=queue`), a `VERSION` other than 3.
+//! record-number databases (`type=recno`, `type=queue`), a `VERSION` other than 3. A key or
+//! value line the input ends in, without its newline, is an error too (a cut dump: the line
+//! may be part of a longer one); a last `DATA=END` may lack its newline.
 
 use std::io::{self, BufRead, Write};
 
@@ -120,13 +122,15 @@ pub struct Reader<R: BufRead> {
     input: R,
     line: Vec<u8>,
     line_no: u64,
+    /// Whether `line` ended with a newline (the last line of the input may not).
+    line_ended: bool,
     format: Format,
     in_data: bool,
 }
 
 impl<R: BufRead> Reader<R> {
     pub fn new(input: R) -> Reader<R> {
-        Reader { input, line: Vec::new(), line_no: 0, format: Format::Bytevalue, in_data: false }
+        Reader { input, line: Vec::new(), line_no: 0, line_ended: false, format: Format::Bytevalue, in_data: false }
     }
 
     /// Reads the next line into `self.line` without its line ending; false at the end.
@@ -137,7 +141,8 @@ impl<R: BufRead> Reader<R> {
             return Ok(false);
         }
         self.line_no += 1;
-        if self.line.last() == Some(&b'\n') {
+        self.line_ended = self.line.last() == Some(&b'\n');
+        if self.line_ended {
             self.line.pop();
         }
         if self.line.last() == Some(&b'\r') {
@@ -229,6 +234,10 @@ impl<R: BufRead> Reader<R> {
         }
         if self.line == b"DATA=END" {
             return Ok(false);
+        }
+        if !self.line_ended {
+            // A dump cut short: the line may be part of a longer key or value.
+            return Err(self.error("the input ends inside this data line (no newline after it): an incomplete entry"));
         }
         if self.line.first() != Some(&b' ') {
             return Err(self.error(format!(
@@ -350,6 +359,12 @@ mod tests {
     }
 
     #[test]
+    fn a_last_line_without_its_newline_is_read_if_it_ends_the_section() {
+        let text = "VERSION=3\nformat=print\ntype=btree\nHEADER=END\n k\r\n v\r\nDATA=END";
+        assert_eq!(read_all(text.as_bytes()).unwrap(), vec![(None, vec![(b"k".to_vec(), b"v".to_vec())])]);
+    }
+
+    #[test]
     fn what_tern_cannot_hold_is_an_error_naming_the_line() {
         let cases = [
             ("VERSION=2\nformat=bytevalue\nHEADER=END\nDATA=END\n", "line 1: unsupported dump VERSION=2"),
@@ -360,6 +375,8 @@ mod tests {
             ("VERSION=3\nformat=bytevalue\nHEADER=END\n zz\n 6b\nDATA=END\n", "line 4: not a hex digit pair"),
             ("VERSION=3\nformat=bytevalue\nHEADER=END\nkey\n", "line 4: a data line starts with one space"),
             ("VERSION=3\nformat=bytevalue\nHEADER=END\n 6b\n", "line 4: the input ends inside a section"),
+            ("VERSION=3\nformat=bytevalue\nHEADER=END\n 6b\n 6b6b", "line 5: the input ends inside this data line"),
+            ("VERSION=3\nformat=print\nHEADER=END\n kk", "line 4: the input ends inside this data line"),
             ("VERSION=3\nformat=bytevalue\n", "line 2: the input ends inside a header"),
             ("VERSION=3\ntype=btree\nHEADER=END\nDATA=END\n", "line 1: the header has no format= line"),
             ("format=print\n", "line 1: a section starts with VERSION=3"),

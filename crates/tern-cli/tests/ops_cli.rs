@@ -275,3 +275,28 @@ fn load_refuses_a_directory_that_holds_other_files() {
         assert!(stdout(&out).contains("loaded 3 entries"), "{}", stdout(&out));
     }
 }
+
+/// A dump cut in the middle of a value's line: the cut value is never loaded, in either format.
+#[test]
+fn load_refuses_a_line_cut_by_the_end_of_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let full: [&[u8]; 2] = [
+        b"VERSION=3\nformat=bytevalue\ntype=btree\nHEADER=END\n 61\n 3131\n 62\n 6868686868686868\nDATA=END\n",
+        b"VERSION=3\nformat=print\ntype=btree\nHEADER=END\n a\n 11\n b\n hhhhhhhh\nDATA=END\n",
+    ];
+    for (i, full) in full.into_iter().enumerate() {
+        let db = dir.path().join(format!("db{i}"));
+        let cut = &full[..full.len() - "hhhh\nDATA=END\n".len()];
+        let err = fails_with_input(tern().args(["load", "--batch", "1"]).arg(&db), cut);
+        assert!(err.contains("line 8: ") && err.contains("no newline"), "{err}");
+        assert_eq!(stdout(&run(tern().arg("scan").arg(&db))), "a\t11\n", "b is not loaded");
+        // The whole dump, without a final newline or with CRLF line endings, loads.
+        let unterminated = &full[..full.len() - 1];
+        let crlf = String::from_utf8(full.to_vec()).unwrap().replace('\n', "\r\n");
+        for (j, input) in [unterminated, crlf.as_bytes()].into_iter().enumerate() {
+            let db = dir.path().join(format!("whole{i}-{j}"));
+            run_with_input(tern().arg("load").arg(&db), input);
+            assert_eq!(stdout(&run(tern().arg("scan").arg(&db))), "a\t11\nb\thhhhhhhh\n");
+        }
+    }
+}
