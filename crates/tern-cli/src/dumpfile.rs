@@ -19,7 +19,8 @@
 //! stored in order), and in `print` format a backslash not followed by a second backslash or
 //! two hex digits stands for itself (`mdb_dump -p` writes a lone backslash that way). What tern
 //! cannot hold is an error naming the line: duplicate keys (`duplicates=1`, `dupsort=1`),
-//! record-number databases (`type=recno`, `type=queue`), a `VERSION` other than 3. A key or
+//! record-number databases (`type=recno`, `type=queue`), a `database=` name that is not UTF-8
+//! (table names are text), a `VERSION` other than 3. A key or
 //! value line the input ends in, without its newline, is an error too (a cut dump: the line
 //! may be part of a longer one); a last `DATA=END` may lack its newline.
 
@@ -190,7 +191,15 @@ impl<R: BufRead> Reader<R> {
                         other => return Err(self.error(format!("unknown format={other} (bytevalue or print)"))),
                     })
                 }
-                "database" | "subdatabase" => database = Some(value.to_string()),
+                "database" | "subdatabase" => {
+                    if std::str::from_utf8(&self.line).is_err() {
+                        let name = crate::kv::encode(&self.line[keyword.len() + 1..], false);
+                        return Err(self.error(format!(
+                            "{keyword}={name}: the name is not UTF-8 (tern table names are text)"
+                        )));
+                    }
+                    database = Some(value.to_string())
+                }
                 "type" if value == "btree" || value == "hash" => {}
                 "type" => {
                     return Err(self.error(format!(
@@ -385,5 +394,10 @@ mod tests {
             let err = read_all(text.as_bytes()).unwrap_err();
             assert!(err.starts_with(want), "{text:?}: {err}");
         }
+        let not_utf8 = b"VERSION=3\nformat=bytevalue\ndatabase=a\xff\nHEADER=END\nDATA=END\n";
+        assert_eq!(
+            read_all(not_utf8).unwrap_err(),
+            "line 3: database=a\\ff: the name is not UTF-8 (tern table names are text)"
+        );
     }
 }

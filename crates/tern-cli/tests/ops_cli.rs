@@ -300,3 +300,22 @@ fn load_refuses_a_line_cut_by_the_end_of_the_input() {
         }
     }
 }
+
+/// Table names are text: a `database=` name that is not UTF-8 is refused by its line (two such
+/// names were merged into one table, both read as "\u{fffd}").
+#[test]
+fn load_refuses_a_database_name_that_is_not_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let mut dump = Vec::new();
+    for (name, value) in [(0xffu8, "31"), (0xfe, "32")] {
+        dump.extend_from_slice(b"VERSION=3\nformat=bytevalue\ndatabase=");
+        dump.push(name);
+        dump.extend_from_slice(format!("\ntype=btree\nHEADER=END\n 61\n {value}\nDATA=END\n").as_bytes());
+    }
+    let err = fails_with_input(tern().arg("load").arg(&db), &dump);
+    assert!(err.contains("line 3: database=\\ff") && err.contains("not UTF-8"), "{err}");
+    let stat: serde_json::Value =
+        serde_json::from_slice(&run(tern().args(["stat", "--json"]).arg(&db)).stdout).unwrap();
+    assert_eq!(stat["tables"].as_array().unwrap().len(), 1, "no table was created: {stat}");
+}
