@@ -123,6 +123,8 @@ pub struct Reader<R: BufRead> {
     input: R,
     line: Vec<u8>,
     line_no: u64,
+    /// The line of the last entry's key.
+    entry_line: u64,
     /// Whether `line` ended with a newline (the last line of the input may not).
     line_ended: bool,
     format: Format,
@@ -131,7 +133,15 @@ pub struct Reader<R: BufRead> {
 
 impl<R: BufRead> Reader<R> {
     pub fn new(input: R) -> Reader<R> {
-        Reader { input, line: Vec::new(), line_no: 0, line_ended: false, format: Format::Bytevalue, in_data: false }
+        Reader {
+            input,
+            line: Vec::new(),
+            line_no: 0,
+            entry_line: 0,
+            line_ended: false,
+            format: Format::Bytevalue,
+            in_data: false,
+        }
     }
 
     /// Reads the next line into `self.line` without its line ending; false at the end.
@@ -230,10 +240,17 @@ impl<R: BufRead> Reader<R> {
             self.in_data = false;
             return Ok(false);
         }
+        self.entry_line = self.line_no;
         if !self.read_item(value)? {
             return Err(self.error("a key without a value: DATA=END after an odd number of lines"));
         }
         Ok(true)
+    }
+
+    /// The line of the key of the entry [`Reader::next_entry`] read last (for messages about
+    /// the entry).
+    pub fn entry_line(&self) -> u64 {
+        self.entry_line
     }
 
     /// Reads one data line into `out`; false at `DATA=END`.

@@ -105,11 +105,13 @@ fn load(db: &Db, cmd: &LoadCmd, input: impl BufRead, done: &mut Loaded) -> Resul
         let mut txn = db.begin().map_err(|e| e.to_string())?;
         let mut in_txn = 0u64;
         while reader.next_entry(&mut key, &mut value).map_err(|e| format!("{source}: {e}"))? {
-            if cmd.no_overwrite && txn.get_in(&table, &key).map_err(|e| e.to_string())?.is_some() {
+            let refused =
+                |e: tern::Error| format!("{source}: line {}: an entry of table {name:?}: {e}", reader.entry_line());
+            if cmd.no_overwrite && txn.get_in(&table, &key).map_err(refused)?.is_some() {
                 done.skipped += 1;
                 continue;
             }
-            txn.put_in(&table, &key, &value).map_err(|e| format!("{source}: an entry of table {name:?}: {e}"))?;
+            txn.put_in(&table, &key, &value).map_err(refused)?;
             in_txn += 1;
             if in_txn == cmd.batch {
                 txn.commit().map_err(|e| format!("committing: {e}"))?;

@@ -319,3 +319,18 @@ fn load_refuses_a_database_name_that_is_not_utf8() {
         serde_json::from_slice(&run(tern().args(["stat", "--json"]).arg(&db)).stdout).unwrap();
     assert_eq!(stat["tables"].as_array().unwrap().len(), 1, "no table was created: {stat}");
 }
+
+/// What tern refuses in an entry (a key over the maximum, an empty key) is reported with the
+/// line of the entry's key, with and without `--no-overwrite`.
+#[test]
+fn load_names_the_line_of_an_entry_tern_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "61".repeat(3000);
+    for (key, want) in [(long.as_str(), "key of 3000 bytes exceeds the maximum"), ("", "empty key")] {
+        let dump = format!("VERSION=3\nformat=bytevalue\ntype=btree\nHEADER=END\n 6b\n 76\n {key}\n 76\nDATA=END\n");
+        for args in [&["load"][..], &["load", "--no-overwrite"]] {
+            let err = fails_with_input(tern().args(args).arg(dir.path().join("db")), dump.as_bytes());
+            assert!(err.contains("line 7: an entry of table \"\": ") && err.contains(want), "{args:?}: {err}");
+        }
+    }
+}
