@@ -211,9 +211,14 @@ impl<R: BufRead> Reader<R> {
                     database = Some(value.to_string())
                 }
                 "type" if value == "btree" || value == "hash" => {}
-                "type" => {
+                "type" if value == "recno" || value == "queue" => {
                     return Err(self.error(format!(
                         "type={value}: tern tables are keyed by bytes; record-number databases (recno, queue) cannot be loaded"
+                    )))
+                }
+                "type" => {
+                    return Err(self.error(format!(
+                        "type={value}: an unknown database type (tern loads type=btree and type=hash)"
                     )))
                 }
                 "duplicates" | "dupsort" | "dupfixed" if value != "0" => {
@@ -395,7 +400,8 @@ mod tests {
         let cases = [
             ("VERSION=2\nformat=bytevalue\nHEADER=END\nDATA=END\n", "line 1: unsupported dump VERSION=2"),
             ("VERSION=3\nformat=bytevalue\nduplicates=1\nHEADER=END\nDATA=END\n", "line 3: duplicates=1"),
-            ("VERSION=3\nformat=bytevalue\ntype=recno\nHEADER=END\nDATA=END\n", "line 3: type=recno"),
+            ("VERSION=3\nformat=bytevalue\ntype=recno\nHEADER=END\nDATA=END\n", "line 3: type=recno: tern tables"),
+            ("VERSION=3\nformat=bytevalue\ntype=heap\nHEADER=END\nDATA=END\n", "line 3: type=heap: an unknown"),
             ("VERSION=3\nformat=bytevalue\nHEADER=END\n 6b\nDATA=END\n", "line 5: a key without a value"),
             ("VERSION=3\nformat=bytevalue\nHEADER=END\n 6\n 6b\nDATA=END\n", "line 4: an odd number of hex digits"),
             ("VERSION=3\nformat=bytevalue\nHEADER=END\n zz\n 6b\nDATA=END\n", "line 4: not a hex digit pair"),

@@ -334,3 +334,18 @@ fn load_names_the_line_of_an_entry_tern_refuses() {
         }
     }
 }
+
+/// An unknown `type=` is named as such, with the types tern loads; record-number types keep
+/// their own reason.
+#[test]
+fn load_names_an_unknown_dump_type() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, want) in [
+        ("heap", "line 3: type=heap: an unknown database type (tern loads type=btree and type=hash)"),
+        ("queue", "line 3: type=queue: tern tables are keyed by bytes; record-number databases"),
+    ] {
+        let dump = format!("VERSION=3\nformat=bytevalue\ntype={kind}\nHEADER=END\nDATA=END\n");
+        let err = fails_with_input(tern().arg("load").arg(dir.path().join("db")), dump.as_bytes());
+        assert!(err.contains(want), "{err}");
+    }
+}
