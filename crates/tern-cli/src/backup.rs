@@ -16,7 +16,8 @@ pub struct BackupCmd {
     pub json: bool,
 }
 
-/// Copies `src` without writing to it (it is recovered read-only, as `tern check` does).
+/// Copies `src` without writing to it but for its lock file, `LOCK`, created if missing (it is
+/// recovered read-only, as `tern check` does).
 pub fn run(cmd: BackupCmd) -> Result<(), Failure> {
     let src = cmd.src.display();
     let info = tern::backup::backup_dir(&cmd.src, &cmd.dst).map_err(|e| match e {
