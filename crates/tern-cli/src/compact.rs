@@ -1,5 +1,6 @@
 //! `tern compact PATH`: rewrites a database densely, offline.
 
+use crate::output::{self, Failure};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,14 +40,31 @@ struct Compacted {
 /// `.<name>.old-<pid>`, the new one into place, then the old one removed). A failure before the
 /// swap leaves the database as it was; a crash between the two renames leaves it whole under
 /// `.<name>.compact-<pid>`, which the error message names.
-pub fn run(cmd: CompactCmd) -> Result<(), String> {
-    let given = cmd.path.display();
-    if !cmd.path.is_dir() || !tern::recovery::is_database(&cmd.path).map_err(|e| format!("{given}: {e}"))? {
+pub fn run(cmd: CompactCmd) -> Result<(), Failure> {
+    let done = compact(&cmd.path)?;
+    if cmd.json {
+        return output::json(&done);
+    }
+    output::line(format_args!(
+        "{}: {} -> {} bytes; {} log records folded into {}; {} ms",
+        done.path.display(),
+        done.bytes_before,
+        done.bytes_after,
+        done.records_replayed,
+        done.checkpoint.as_deref().unwrap_or("the existing checkpoint (nothing was logged after it)"),
+        done.millis
+    ))
+}
+
+/// Compacts the database at `given_path` (see [`run`]).
+fn compact(given_path: &Path) -> Result<Compacted, String> {
+    let given = given_path.display();
+    if !given_path.is_dir() || !tern::recovery::is_database(given_path).map_err(|e| format!("{given}: {e}"))? {
         return Err(format!("{given} is not a database directory"));
     }
     // The directory itself, by its name in its parent: `db/.`, `.` and a symbolic link name
     // the same one (the copy replaces the directory the link points to, not the link).
-    let path = &std::fs::canonicalize(&cmd.path).map_err(|e| format!("{given}: {e}"))?;
+    let path = &std::fs::canonicalize(given_path).map_err(|e| format!("{given}: {e}"))?;
     let shown = path.display();
     let swap = Swap::beside(path)?;
     let started = Instant::now();
@@ -59,7 +77,7 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
     let info = db.checkpoint().map_err(|e| format!("{shown}: checkpoint: {e}"))?;
     db.close().map_err(|e| format!("{shown}: closing: {e}"))?;
     let entries = rewrite(path, &swap)?;
-    let done = Compacted {
+    Ok(Compacted {
         path: path.clone(),
         bytes_before,
         bytes_after: dir_bytes(path)?,
@@ -67,20 +85,7 @@ pub fn run(cmd: CompactCmd) -> Result<(), String> {
         checkpoint: info.as_ref().map(|i| i.file.clone()),
         entries,
         millis: started.elapsed().as_millis() as u64,
-    };
-    if cmd.json {
-        println!("{}", serde_json::to_string(&done).map_err(|e| e.to_string())?);
-    } else {
-        println!(
-            "{shown}: {} -> {} bytes; {} log records folded into {}; {} ms",
-            done.bytes_before,
-            done.bytes_after,
-            done.records_replayed,
-            done.checkpoint.as_deref().unwrap_or("the existing checkpoint (nothing was logged after it)"),
-            done.millis
-        );
-    }
-    Ok(())
+    })
 }
 
 /// The two directories beside the database that the rewrite uses.

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(*cmd).map_err(Failure::from),
         Command::Check(cmd) => check::run(cmd),
         Command::Backup(cmd) => backup::run(cmd),
-        Command::Compact(cmd) => compact::run(cmd).map_err(Failure::from),
+        Command::Compact(cmd) => compact::run(cmd),
         Command::Stat(cmd) => stat::run(cmd),
         Command::Dump(cmd) => dump::run(cmd),
         Command::Load(cmd) => load::run(cmd),

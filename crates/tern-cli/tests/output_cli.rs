@@ -40,6 +40,8 @@ fn commands(root: &Path, n: usize) -> Vec<(&'static str, Vec<PathBuf>)> {
         ("check", vec![p("--json"), db.clone()]),
         ("backup", vec![db.clone(), root.join(format!("copy-{n}"))]),
         ("backup", vec![p("--json"), db.clone(), root.join(format!("copy-json-{n}"))]),
+        ("compact", vec![db.clone()]),
+        ("compact", vec![p("--json"), db.clone()]),
     ]
 }
 
