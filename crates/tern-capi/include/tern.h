@@ -4,7 +4,14 @@
  * Every function returns TERN_OK (0), TERN_NOTFOUND (1), or a negative error code; tern_strerror
  * names a code and tern_last_error gives the last failure's message on the calling thread.
  * Threads: a tern_db may be used from any thread. A tern_txn, and the cursors opened on it,
- * belong to the thread that began it (another thread gets TERN_EWRONG_THREAD).
+ * belong to the thread that began it (another thread gets TERN_EWRONG_THREAD). One thread that
+ * runs two write transactions at once and writes one key in both waits for itself: forever with
+ * tern_begin (no deadlock is detected); begin them with tern_begin_ex and a lock wait of
+ * TERN_NO_WAIT or a timeout (then TERN_EWOULDBLOCK or TERN_ETIMEDOUT).
+ * Arguments are checked: NULL where a pointer is needed, a key longer than the database's
+ * longest (an eighth of its page size: 2048 bytes with the default 16 KiB pages), an empty key
+ * to tern_put or tern_delete, a value over 1 GiB, and an option value not among its constants
+ * are TERN_EINVAL; lengths are checked before anything is read from a buffer.
  * Lifetimes: close cursors before finishing their transaction, and finish every transaction
  * before closing the database (otherwise TERN_EBUSY, and nothing is freed).
  */
@@ -117,48 +124,16 @@
 #define TERN_EOTHER -17
 
 /**
- * Which way `tern_cursor_get` moves a cursor.
+ * `tern_begin_ex`'s `lock_wait_ms`: wait for a lock until it is granted (or the transaction is
+ * chosen as a deadlock victim), as `tern_begin` does.
  */
-typedef enum tern_cursor_op {
-  /**
-   * To the first entry.
-   */
-  TERN_FIRST = 0,
-  /**
-   * To the last entry.
-   */
-  TERN_LAST = 1,
-  /**
-   * To the next entry (the first, from a fresh cursor).
-   */
-  TERN_NEXT = 2,
-  /**
-   * To the previous entry (the last, from a fresh cursor).
-   */
-  TERN_PREV = 3,
-  /**
-   * To the first entry whose key is at least the seek key.
-   */
-  TERN_SEEK = 4,
-  /**
-   * To the last entry whose key is at most the seek key.
-   */
-  TERN_SEEK_FOR_PREV = 5,
-} tern_cursor_op;
+#define TERN_WAIT_FOREVER -1
 
 /**
- * How `tern_open_ex` makes commits durable.
+ * `tern_begin_ex`'s `lock_wait_ms`: never wait; a write whose key another transaction has
+ * locked fails at once with `TERN_EWOULDBLOCK`.
  */
-typedef enum tern_durability {
-  /**
-   * A commit returns once its log record is written and synced (the default).
-   */
-  TERN_SYNC = 0,
-  /**
-   * Once written to the operating system, not synced: survives a process crash only.
-   */
-  TERN_NOSYNC = 1,
-} tern_durability;
+#define TERN_NO_WAIT 0
 
 /**
  * A cursor over one table of a transaction. It belongs to the transaction's thread.
@@ -179,6 +154,60 @@ typedef struct tern_table tern_table;
  * A transaction. It belongs to the thread that began it.
  */
 typedef struct tern_txn tern_txn;
+
+/**
+ * Which way `tern_cursor_get` moves a cursor: one of the `TERN_FIRST` ... `TERN_SEEK_FOR_PREV`
+ * constants. A plain integer, so that any value can be passed and checked: another value is
+ * `TERN_EINVAL`.
+ */
+typedef int tern_cursor_op;
+
+/**
+ * How `tern_open_ex` makes commits durable: `TERN_SYNC` or `TERN_NOSYNC`. A plain integer, so
+ * that any value can be passed and checked: another value is `TERN_EINVAL`.
+ */
+typedef int tern_durability;
+
+/**
+ * To the first entry.
+ */
+#define TERN_FIRST 0
+
+/**
+ * To the last entry.
+ */
+#define TERN_LAST 1
+
+/**
+ * To the next entry (the first, from a fresh cursor).
+ */
+#define TERN_NEXT 2
+
+/**
+ * To the previous entry (the last, from a fresh cursor).
+ */
+#define TERN_PREV 3
+
+/**
+ * To the first entry whose key is at least the seek key.
+ */
+#define TERN_SEEK 4
+
+/**
+ * To the last entry whose key is at most the seek key.
+ */
+#define TERN_SEEK_FOR_PREV 5
+
+/**
+ * A commit returns once its log record is written and synced (the default).
+ */
+#define TERN_SYNC 0
+
+/**
+ * A commit returns once its log record is written to the operating system, not synced: it
+ * survives a crash of the process, not of the machine.
+ */
+#define TERN_NOSYNC 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -207,14 +236,15 @@ int tern_cursor_close(struct tern_cursor *cursor);
  * Moves `cursor` as `op` says (`seek`, `seek_len`: the key for `TERN_SEEK` and
  * `TERN_SEEK_FOR_PREV`, ignored otherwise) and stores the entry it lands on in `*key`,
  * `*key_len`, `*value`, `*value_len`, valid until the cursor's next move or close.
- * `TERN_NOTFOUND` when there is no entry that way.
+ * `TERN_NOTFOUND` when there is no entry that way. An unknown `op`, or a seek key longer than
+ * the database's longest key, is `TERN_EINVAL` (the cursor does not move).
  *
  * # Safety
  * `cursor` is a live handle; `seek` points to `seek_len` bytes when the op seeks; the four
  * out-pointers are writable.
  */
 int tern_cursor_get(struct tern_cursor *cursor,
-                    enum tern_cursor_op op,
+                    tern_cursor_op op,
                     const uint8_t *seek,
                     size_t seek_len,
                     const uint8_t **key,
@@ -230,11 +260,12 @@ int tern_open(const char *path, struct tern_db **out);
 
 /**
  * As `tern_open`, with a cache of `cache_bytes` (0: the default, a quarter of memory) and the
- * given durability.
+ * given durability (`TERN_SYNC` or `TERN_NOSYNC`; another value is `TERN_EINVAL`, and nothing
+ * is opened).
  */
 int tern_open_ex(const char *path,
                  uint64_t cache_bytes,
-                 enum tern_durability durability,
+                 tern_durability durability,
                  struct tern_db **out);
 
 /**
@@ -309,12 +340,35 @@ const char *tern_last_error(void);
 
 /**
  * Begins a transaction (`read_only` non-zero: a read-only one, which never blocks writers)
- * and stores its handle in `*out`.
+ * and stores its handle in `*out`. A write waits for another transaction's lock on its key
+ * until it is granted: `tern_begin_ex(db, read_only, TERN_WAIT_FOREVER, out)`.
  *
  * # Safety
  * `db` is a live handle.
  */
 int tern_begin(const struct tern_db *db, int read_only, struct tern_txn **out);
+
+/**
+ * As `tern_begin`, with the longest a write of this transaction waits for a lock another
+ * transaction holds on its key: `TERN_WAIT_FOREVER` (-1: until granted, or until chosen as a
+ * deadlock victim, `TERN_EDEADLOCK`), `TERN_NO_WAIT` (0: the write fails at once with
+ * `TERN_EWOULDBLOCK`), or a number of milliseconds (then `TERN_ETIMEDOUT`). Another negative
+ * value is `TERN_EINVAL`. After `TERN_EWOULDBLOCK` or `TERN_ETIMEDOUT` the transaction is still
+ * usable (the write did not happen). Read-only transactions take no locks: for them
+ * `lock_wait_ms` is checked and has no effect.
+ *
+ * One thread that runs two write transactions at once, and writes one key in both, makes the
+ * second wait for the first, which cannot finish meanwhile: with `TERN_WAIT_FOREVER` the
+ * thread hangs (the holder is not waiting, so no deadlock is detected). Interleave write
+ * transactions on one thread only with `TERN_NO_WAIT` or a timeout.
+ *
+ * # Safety
+ * `db` is a live handle.
+ */
+int tern_begin_ex(const struct tern_db *db,
+                  int read_only,
+                  int64_t lock_wait_ms,
+                  struct tern_txn **out);
 
 /**
  * Commits the transaction and frees the handle, whatever the outcome (after a failure

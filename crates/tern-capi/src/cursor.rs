@@ -1,7 +1,7 @@
 //! Cursors: ordered walks over a table within a transaction, both directions.
 
 use crate::db::tern_table;
-use crate::error::{bytes, guard, non_null, TERN_NOTFOUND, TERN_OK};
+use crate::error::{guard, non_null, Failure, TERN_EINVAL, TERN_NOTFOUND, TERN_OK};
 use crate::txn::{checked, tern_txn};
 use std::ffi::c_int;
 use tern::{Table, TxnCursor};
@@ -65,28 +65,29 @@ pub unsafe extern "C" fn tern_cursor_close(cursor: *mut tern_cursor) -> c_int {
     })
 }
 
-/// Which way `tern_cursor_get` moves a cursor.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum tern_cursor_op {
-    /// To the first entry.
-    TERN_FIRST = 0,
-    /// To the last entry.
-    TERN_LAST = 1,
-    /// To the next entry (the first, from a fresh cursor).
-    TERN_NEXT = 2,
-    /// To the previous entry (the last, from a fresh cursor).
-    TERN_PREV = 3,
-    /// To the first entry whose key is at least the seek key.
-    TERN_SEEK = 4,
-    /// To the last entry whose key is at most the seek key.
-    TERN_SEEK_FOR_PREV = 5,
-}
+/// Which way `tern_cursor_get` moves a cursor: one of the `TERN_FIRST` ... `TERN_SEEK_FOR_PREV`
+/// constants. A plain integer, so that any value can be passed and checked: another value is
+/// `TERN_EINVAL`.
+pub type tern_cursor_op = c_int;
+
+/// To the first entry.
+pub const TERN_FIRST: tern_cursor_op = 0;
+/// To the last entry.
+pub const TERN_LAST: tern_cursor_op = 1;
+/// To the next entry (the first, from a fresh cursor).
+pub const TERN_NEXT: tern_cursor_op = 2;
+/// To the previous entry (the last, from a fresh cursor).
+pub const TERN_PREV: tern_cursor_op = 3;
+/// To the first entry whose key is at least the seek key.
+pub const TERN_SEEK: tern_cursor_op = 4;
+/// To the last entry whose key is at most the seek key.
+pub const TERN_SEEK_FOR_PREV: tern_cursor_op = 5;
 
 /// Moves `cursor` as `op` says (`seek`, `seek_len`: the key for `TERN_SEEK` and
 /// `TERN_SEEK_FOR_PREV`, ignored otherwise) and stores the entry it lands on in `*key`,
 /// `*key_len`, `*value`, `*value_len`, valid until the cursor's next move or close.
-/// `TERN_NOTFOUND` when there is no entry that way.
+/// `TERN_NOTFOUND` when there is no entry that way. An unknown `op`, or a seek key longer than
+/// the database's longest key, is `TERN_EINVAL` (the cursor does not move).
 ///
 /// # Safety
 /// `cursor` is a live handle; `seek` points to `seek_len` bytes when the op seeks; the four
@@ -107,7 +108,7 @@ pub unsafe extern "C" fn tern_cursor_get(
         // SAFETY: a live handle (the caller's promise); checked for the thread next.
         let c = unsafe { &mut *cursor };
         // SAFETY: its transaction is live while the cursor is.
-        unsafe { checked(c.txn) }?;
+        let t = unsafe { checked(c.txn) }?;
         for (p, what) in [
             (key as *const (), "key"),
             (key_len as *const (), "key_len"),
@@ -117,14 +118,20 @@ pub unsafe extern "C" fn tern_cursor_get(
             non_null(p, what)?;
         }
         let entry = match op {
-            tern_cursor_op::TERN_FIRST => c.cursor.first(),
-            tern_cursor_op::TERN_LAST => c.cursor.last(),
-            tern_cursor_op::TERN_NEXT => c.cursor.next(),
-            tern_cursor_op::TERN_PREV => c.cursor.prev(),
+            TERN_FIRST => c.cursor.first(),
+            TERN_LAST => c.cursor.last(),
+            TERN_NEXT => c.cursor.next(),
+            TERN_PREV => c.cursor.prev(),
             // SAFETY: the caller's promise: `seek` holds `seek_len` bytes for this call.
-            tern_cursor_op::TERN_SEEK => c.cursor.seek(unsafe { bytes(seek, seek_len, "seek") }?),
+            TERN_SEEK => c.cursor.seek(unsafe { t.key_arg(seek, seek_len, "seek") }?),
             // SAFETY: as above.
-            tern_cursor_op::TERN_SEEK_FOR_PREV => c.cursor.seek_for_prev(unsafe { bytes(seek, seek_len, "seek") }?),
+            TERN_SEEK_FOR_PREV => c.cursor.seek_for_prev(unsafe { t.key_arg(seek, seek_len, "seek") }?),
+            other => {
+                return Err(Failure::new(
+                    TERN_EINVAL,
+                    format!("op {other} is unknown: a tern_cursor_op is {TERN_FIRST} to {TERN_SEEK_FOR_PREV}"),
+                ))
+            }
         }?;
         let Some((k, v)) = entry else { return Ok(TERN_NOTFOUND) };
         // SAFETY: all four are non-null and writable (checked; the caller's promise). The

@@ -5,14 +5,26 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use tern::{Db, Options, Table};
 
-/// How `tern_open_ex` makes commits durable.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum tern_durability {
-    /// A commit returns once its log record is written and synced (the default).
-    TERN_SYNC = 0,
-    /// Once written to the operating system, not synced: survives a process crash only.
-    TERN_NOSYNC = 1,
+/// How `tern_open_ex` makes commits durable: `TERN_SYNC` or `TERN_NOSYNC`. A plain integer, so
+/// that any value can be passed and checked: another value is `TERN_EINVAL`.
+pub type tern_durability = c_int;
+
+/// A commit returns once its log record is written and synced (the default).
+pub const TERN_SYNC: tern_durability = 0;
+/// A commit returns once its log record is written to the operating system, not synced: it
+/// survives a crash of the process, not of the machine.
+pub const TERN_NOSYNC: tern_durability = 1;
+
+/// The engine's durability for a `tern_durability`, checked.
+fn durability_arg(durability: tern_durability) -> Result<tern::Durability, Failure> {
+    match durability {
+        TERN_SYNC => Ok(tern::Durability::Sync),
+        TERN_NOSYNC => Ok(tern::Durability::NoSync),
+        other => Err(Failure::new(
+            TERN_EINVAL,
+            format!("durability {other} is unknown: TERN_SYNC ({TERN_SYNC}) or TERN_NOSYNC ({TERN_NOSYNC})"),
+        )),
+    }
 }
 
 /// An open database. Any thread may use it.
@@ -20,6 +32,9 @@ pub struct tern_db {
     pub(crate) db: Db,
     /// Transactions begun and not yet finished: `tern_close` refuses while any is live.
     pub(crate) live_txns: AtomicUsize,
+    /// The longest key the database accepts (an eighth of its page size, as the engine's
+    /// `BTree::max_key_len`): longer key arguments are refused before they are read.
+    pub(crate) max_key: usize,
 }
 
 /// A table of a database (a handle; the table itself lives in the database).
@@ -55,11 +70,12 @@ fn give<T>(out: *mut *mut T, value: T) -> Result<c_int, Failure> {
 /// stores its handle in `*out`.
 #[no_mangle]
 pub extern "C" fn tern_open(path: *const c_char, out: *mut *mut tern_db) -> c_int {
-    tern_open_ex(path, 0, tern_durability::TERN_SYNC, out)
+    tern_open_ex(path, 0, TERN_SYNC, out)
 }
 
 /// As `tern_open`, with a cache of `cache_bytes` (0: the default, a quarter of memory) and the
-/// given durability.
+/// given durability (`TERN_SYNC` or `TERN_NOSYNC`; another value is `TERN_EINVAL`, and nothing
+/// is opened).
 #[no_mangle]
 pub extern "C" fn tern_open_ex(
     path: *const c_char,
@@ -74,12 +90,10 @@ pub extern "C" fn tern_open_ex(
         if cache_bytes > 0 {
             options.cache_bytes = cache_bytes;
         }
-        options.wal.durability = match durability {
-            tern_durability::TERN_SYNC => tern::Durability::Sync,
-            tern_durability::TERN_NOSYNC => tern::Durability::NoSync,
-        };
+        options.wal.durability = durability_arg(durability)?;
         let db = Db::open(path, options)?;
-        give(out, tern_db { db, live_txns: AtomicUsize::new(0) })
+        let max_key = db.options().tree.page_size / 8;
+        give(out, tern_db { db, live_txns: AtomicUsize::new(0), max_key })
     })
 }
 

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
+use tern::btree::MAX_VALUE;
 
 /// Success.
 pub const TERN_OK: c_int = 0;
@@ -148,14 +149,50 @@ pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<(), Failure> {
 
 /// The `len` bytes at `p` (which may be null when `len` is 0).
 ///
+/// `len` is checked before any slice is formed: a length above `isize::MAX` (which no buffer
+/// has, and which `slice::from_raw_parts` forbids) is `TERN_EINVAL`. Callers check tern's own
+/// limits first ([`key_arg`], [`value_arg`]).
+///
 /// # Safety
 /// Unless `len` is 0, `p` must point to `len` readable bytes that stay unchanged while the
 /// slice lives.
-pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
     if len == 0 {
         return Ok(&[]);
     }
+    if isize::try_from(len).is_err() {
+        return Err(Failure::new(TERN_EINVAL, format!("{what} length {len} is larger than any buffer")));
+    }
     non_null(p, what)?;
-    // SAFETY: non-null, and the caller promises `len` readable, unchanging bytes.
+    // SAFETY: non-null, `len` is at most `isize::MAX` (checked), and the caller promises `len`
+    // readable, unchanging bytes.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A key argument (`what`: "key" or "seek"): the `len` bytes at `p`, refused with the engine's
+/// `KeyTooLarge` (`TERN_EINVAL`) when longer than `max_key`, the database's longest key, before
+/// any slice is formed.
+///
+/// # Safety
+/// As [`bytes`].
+pub(crate) unsafe fn key_arg<'a>(p: *const u8, len: usize, max_key: usize, what: &str) -> Result<&'a [u8], Failure> {
+    if len > max_key {
+        return Err(tern::Error::KeyTooLarge { len, max: max_key }.into());
+    }
+    // SAFETY: forwarded.
+    unsafe { bytes(p, len, what) }
+}
+
+/// A value argument: the `len` bytes at `p`, refused with the engine's `ValueTooLarge`
+/// (`TERN_EINVAL`) when longer than `tern::btree::MAX_VALUE` (1 GiB), before any slice is
+/// formed.
+///
+/// # Safety
+/// As [`bytes`].
+pub(crate) unsafe fn value_arg<'a>(p: *const u8, len: usize) -> Result<&'a [u8], Failure> {
+    if len > MAX_VALUE {
+        return Err(tern::Error::ValueTooLarge { len, max: MAX_VALUE }.into());
+    }
+    // SAFETY: forwarded.
+    unsafe { bytes(p, len, "value") }
 }

@@ -2,12 +2,15 @@
 
 use crate::db::{tern_db, tern_table};
 use crate::error::{
-    bytes, guard, non_null, Failure, TERN_EBUSY, TERN_ETOOSMALL, TERN_EWRONG_THREAD, TERN_NOTFOUND, TERN_OK,
+    guard, key_arg, non_null, value_arg, Failure, TERN_EBUSY, TERN_EINVAL, TERN_ETOOSMALL, TERN_EWRONG_THREAD,
+    TERN_NOTFOUND, TERN_OK,
 };
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::SeqCst;
 use std::thread::ThreadId;
-use tern::{Table, Txn};
+use std::time::Duration;
+use tern::lock::Wait;
+use tern::{Table, Txn, TxnOptions};
 
 /// A transaction. It belongs to the thread that began it.
 pub struct tern_txn {
@@ -45,6 +48,16 @@ impl tern_txn {
             unsafe { &(*table).table }
         }
     }
+
+    /// A key argument of this transaction's database (see [`key_arg`]).
+    ///
+    /// # Safety
+    /// As [`key_arg`].
+    pub(crate) unsafe fn key_arg<'a>(&self, p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+        // SAFETY: the database outlives its live transactions (see `tern_begin_ex`); the rest
+        // is forwarded.
+        unsafe { key_arg(p, len, (*self.db).max_key, what) }
+    }
 }
 
 /// The transaction behind `txn`, checked: non-null, and on the thread that began it.
@@ -61,19 +74,70 @@ pub(crate) unsafe fn checked<'a>(txn: *mut tern_txn) -> Result<&'a mut tern_txn,
     Ok(t)
 }
 
+/// `tern_begin_ex`'s `lock_wait_ms`: wait for a lock until it is granted (or the transaction is
+/// chosen as a deadlock victim), as `tern_begin` does.
+pub const TERN_WAIT_FOREVER: i64 = -1;
+/// `tern_begin_ex`'s `lock_wait_ms`: never wait; a write whose key another transaction has
+/// locked fails at once with `TERN_EWOULDBLOCK`.
+pub const TERN_NO_WAIT: i64 = 0;
+
+/// The engine's lock wait for `tern_begin_ex`'s `lock_wait_ms`, checked.
+fn lock_wait_arg(lock_wait_ms: i64) -> Result<Wait, Failure> {
+    match lock_wait_ms {
+        TERN_WAIT_FOREVER => Ok(Wait::Forever),
+        TERN_NO_WAIT => Ok(Wait::No),
+        ms if ms > 0 => Ok(Wait::Timeout(Duration::from_millis(ms.unsigned_abs()))),
+        other => Err(Failure::new(
+            TERN_EINVAL,
+            format!(
+                "lock_wait_ms {other} is invalid: TERN_WAIT_FOREVER ({TERN_WAIT_FOREVER}), TERN_NO_WAIT ({TERN_NO_WAIT}) or a number of milliseconds"
+            ),
+        )),
+    }
+}
+
 /// Begins a transaction (`read_only` non-zero: a read-only one, which never blocks writers)
-/// and stores its handle in `*out`.
+/// and stores its handle in `*out`. A write waits for another transaction's lock on its key
+/// until it is granted: `tern_begin_ex(db, read_only, TERN_WAIT_FOREVER, out)`.
 ///
 /// # Safety
 /// `db` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn tern_begin(db: *const tern_db, read_only: c_int, out: *mut *mut tern_txn) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { tern_begin_ex(db, read_only, TERN_WAIT_FOREVER, out) }
+}
+
+/// As `tern_begin`, with the longest a write of this transaction waits for a lock another
+/// transaction holds on its key: `TERN_WAIT_FOREVER` (-1: until granted, or until chosen as a
+/// deadlock victim, `TERN_EDEADLOCK`), `TERN_NO_WAIT` (0: the write fails at once with
+/// `TERN_EWOULDBLOCK`), or a number of milliseconds (then `TERN_ETIMEDOUT`). Another negative
+/// value is `TERN_EINVAL`. After `TERN_EWOULDBLOCK` or `TERN_ETIMEDOUT` the transaction is still
+/// usable (the write did not happen). Read-only transactions take no locks: for them
+/// `lock_wait_ms` is checked and has no effect.
+///
+/// One thread that runs two write transactions at once, and writes one key in both, makes the
+/// second wait for the first, which cannot finish meanwhile: with `TERN_WAIT_FOREVER` the
+/// thread hangs (the holder is not waiting, so no deadlock is detected). Interleave write
+/// transactions on one thread only with `TERN_NO_WAIT` or a timeout.
+///
+/// # Safety
+/// `db` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tern_begin_ex(
+    db: *const tern_db,
+    read_only: c_int,
+    lock_wait_ms: i64,
+    out: *mut *mut tern_txn,
+) -> c_int {
     guard(|| {
         non_null(db, "db")?;
         non_null(out, "out")?;
+        let options =
+            TxnOptions { read_only: read_only != 0, lock_wait: lock_wait_arg(lock_wait_ms)?, durability: None };
         // SAFETY: a live handle (the caller's promise).
         let handle = unsafe { &*db };
-        let txn = if read_only != 0 { handle.db.begin_read()? } else { handle.db.begin()? };
+        let txn = handle.db.begin_with(options)?;
         let default = txn.table("")?;
         // SAFETY: only the lifetime changes. The database is boxed (its address is stable) and
         // `tern_close` does not free it while `live_txns`, incremented here and decremented when
@@ -164,7 +228,7 @@ pub unsafe extern "C" fn tern_get(
         non_null(value, "value")?;
         non_null(value_len, "value_len")?;
         // SAFETY: forwarded.
-        let key = unsafe { bytes(key, key_len, "key") }?;
+        let key = unsafe { t.key_arg(key, key_len, "key") }?;
         let mut out = std::mem::take(&mut t.value);
         // SAFETY: forwarded.
         let found = t.txn().get_into_in(unsafe { t.table(table) }, key, &mut out);
@@ -238,7 +302,7 @@ pub unsafe extern "C" fn tern_put(
         // SAFETY: forwarded.
         let t = unsafe { checked(txn) }?;
         // SAFETY: forwarded.
-        let (key, value) = unsafe { (bytes(key, key_len, "key")?, bytes(value, value_len, "value")?) };
+        let (key, value) = unsafe { (t.key_arg(key, key_len, "key")?, value_arg(value, value_len)?) };
         // SAFETY: forwarded.
         let table = unsafe { t.table(table) }.clone();
         t.txn_mut().put_in(&table, key, value)?;
@@ -261,7 +325,7 @@ pub unsafe extern "C" fn tern_delete(
         // SAFETY: forwarded.
         let t = unsafe { checked(txn) }?;
         // SAFETY: forwarded.
-        let key = unsafe { bytes(key, key_len, "key") }?;
+        let key = unsafe { t.key_arg(key, key_len, "key") }?;
         // SAFETY: forwarded.
         let table = unsafe { t.table(table) }.clone();
         Ok(if t.txn_mut().delete_in(&table, key)? { TERN_OK } else { TERN_NOTFOUND })

@@ -3,7 +3,8 @@
 //! makes of the sources today.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,12 +35,36 @@ fn build_c(source: &Path, out: &Path) {
     assert!(status.success(), "compiling {}", source.display());
 }
 
+/// Runs `command` to its end, or kills it after two minutes (a hang fails the test instead of
+/// stalling the run). Its output goes through files in `dir` (a pipe could fill up and stop it).
+fn run_bounded(command: &mut Command, dir: &Path) -> Output {
+    let (out_path, err_path) = (dir.join("stdout.txt"), dir.join("stderr.txt"));
+    let mut child = command
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("starting a C program");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the C program") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("the C program hung (killed after 120 s); stderr:\n{}", std::fs::read_to_string(&err_path).unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() }
+}
+
 #[test]
 fn c_tests_pass() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("tern_test");
     build_c(&crate_dir().join("tests/c/tern_test.c"), &exe);
-    let out = Command::new(&exe).arg(dir.path().join("db")).output().unwrap();
+    let out = run_bounded(Command::new(&exe).arg(dir.path().join("db")), dir.path());
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
     assert!(text.contains("all C checks passed"), "{text}");
@@ -55,7 +80,7 @@ fn the_readme_example_works_as_written() {
     std::fs::write(&source, &readme[start..end]).unwrap();
     let exe = dir.path().join("example");
     build_c(&source, &exe);
-    let out = Command::new(&exe).current_dir(dir.path()).output().unwrap();
+    let out = run_bounded(Command::new(&exe).current_dir(dir.path()), dir.path());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello = world\n");
 }

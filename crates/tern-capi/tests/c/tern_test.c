@@ -1,10 +1,12 @@
 /* C tests of tern's C interface, built and run by tests/c_api.rs (cargo test -p tern-capi). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "tern.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int failures = 0;
 
@@ -138,6 +140,125 @@ static void test_threads(const char *dir) {
     OK(tern_close(db));
 }
 
+/* Out-of-range option values are TERN_EINVAL (the header's promise), not undefined behaviour. */
+static void test_unknown_options(const char *dir) {
+    tern_db *db = NULL;
+    CHECK(tern_open_ex(dir, 0, (tern_durability)7, &db) == TERN_EINVAL);
+    CHECK(db == NULL && strstr(tern_last_error(), "durability 7") != NULL);
+    if (db) tern_close(db), db = NULL;
+    CHECK(tern_open_ex(dir, 0, (tern_durability)-1, &db) == TERN_EINVAL);
+    if (db) tern_close(db), db = NULL;
+    OK(tern_open_ex(dir, 0, TERN_NOSYNC, &db));
+
+    tern_txn *txn = NULL;
+    OK(tern_begin(db, 0, &txn));
+    OK(tern_put(txn, NULL, (const uint8_t *)"a", 1, (const uint8_t *)"1", 1));
+    tern_cursor *c = NULL;
+    OK(tern_cursor_open(txn, NULL, &c));
+    const uint8_t *k = NULL, *v = NULL;
+    size_t klen = 0, vlen = 0;
+    CHECK(tern_cursor_get(c, (tern_cursor_op)9, NULL, 0, &k, &klen, &v, &vlen) == TERN_EINVAL);
+    CHECK(strstr(tern_last_error(), "op 9") != NULL);
+    CHECK(tern_cursor_get(c, (tern_cursor_op)-1, NULL, 0, &k, &klen, &v, &vlen) == TERN_EINVAL);
+    CHECK(tern_cursor_get(c, (tern_cursor_op)6, (const uint8_t *)"a", 1, &k, &klen, &v, &vlen) == TERN_EINVAL);
+    CHECK(k == NULL && klen == 0); /* nothing was stored */
+    OK(tern_cursor_get(c, TERN_SEEK, (const uint8_t *)"a", 1, &k, &klen, &v, &vlen));
+    CHECK(klen == 1 && k[0] == 'a' && vlen == 1 && v[0] == '1');
+    OK(tern_cursor_close(c));
+    OK(tern_abort(txn));
+    OK(tern_close(db));
+}
+
+/* Lengths no pointer can cover, and lengths past tern's limits, are TERN_EINVAL before any byte
+ * is read; the transaction stays usable. */
+static void test_impossible_lengths(const char *dir) {
+    tern_db *db = NULL;
+    OK(tern_open(dir, &db));
+    tern_txn *txn = NULL;
+    OK(tern_begin(db, 0, &txn));
+    const uint8_t *k = (const uint8_t *)"k", *v = NULL;
+    size_t vlen = 0;
+    uint8_t buf[8];
+    CHECK(tern_put(txn, NULL, k, SIZE_MAX, k, 1) == TERN_EINVAL);
+    CHECK(strstr(tern_last_error(), "key of") != NULL);
+    CHECK(tern_put(txn, NULL, k, 1, k, SIZE_MAX) == TERN_EINVAL);
+    CHECK(strstr(tern_last_error(), "value of") != NULL);
+    CHECK(tern_put(txn, NULL, k, 1, k, (size_t)PTRDIFF_MAX + 1) == TERN_EINVAL);
+    CHECK(tern_put(txn, NULL, k, 1, k, ((size_t)1 << 30) + 1) == TERN_EINVAL); /* 1 GiB + 1 */
+    CHECK(tern_get(txn, NULL, k, SIZE_MAX, &v, &vlen) == TERN_EINVAL);
+    CHECK(tern_get_copy(txn, NULL, k, SIZE_MAX, buf, sizeof buf, &vlen) == TERN_EINVAL);
+    CHECK(tern_delete(txn, NULL, k, SIZE_MAX) == TERN_EINVAL);
+
+    /* the longest key of a database with the default 16 KiB pages is 2048 bytes */
+    static uint8_t longest[2049];
+    memset(longest, 'x', sizeof longest);
+    OK(tern_put(txn, NULL, longest, 2048, k, 1));
+    CHECK(tern_put(txn, NULL, longest, 2049, k, 1) == TERN_EINVAL);
+    CHECK(strstr(tern_last_error(), "maximum of 2048") != NULL);
+    CHECK(tern_get(txn, NULL, longest, 2049, &v, &vlen) == TERN_EINVAL);
+    OK(tern_get(txn, NULL, longest, 2048, &v, &vlen));
+
+    tern_cursor *c = NULL;
+    OK(tern_cursor_open(txn, NULL, &c));
+    const uint8_t *ck = NULL, *cv = NULL;
+    size_t cklen = 0, cvlen = 0;
+    CHECK(tern_cursor_get(c, TERN_SEEK, k, SIZE_MAX, &ck, &cklen, &cv, &cvlen) == TERN_EINVAL);
+    CHECK(tern_cursor_get(c, TERN_SEEK_FOR_PREV, k, SIZE_MAX, &ck, &cklen, &cv, &cvlen) == TERN_EINVAL);
+    OK(tern_cursor_get(c, TERN_SEEK, longest, 1, &ck, &cklen, &cv, &cvlen));
+    CHECK(cklen == 2048);
+    OK(tern_cursor_close(c));
+
+    OK(tern_put(txn, NULL, k, 1, k, 1));
+    OK(tern_abort(txn));
+    OK(tern_close(db));
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Two write transactions on one thread that write one key: with TERN_WAIT_FOREVER the second
+ * would wait for the first forever; a lock wait bounds that. */
+static void test_lock_wait(const char *dir) {
+    tern_db *db = NULL;
+    OK(tern_open_ex(dir, 0, TERN_NOSYNC, &db));
+    tern_txn *first = NULL, *second = NULL, *third = NULL;
+    OK(tern_begin(db, 0, &first));
+    OK(tern_begin_ex(db, 0, 50, &second));
+    OK(tern_put(first, NULL, (const uint8_t *)"k", 1, (const uint8_t *)"1", 1));
+    double start = now_ms();
+    CHECK(tern_put(second, NULL, (const uint8_t *)"k", 1, (const uint8_t *)"2", 1) == TERN_ETIMEDOUT);
+    double waited = now_ms() - start;
+    CHECK(waited >= 45 && waited < 10000);
+    CHECK(strlen(tern_last_error()) > 0);
+
+    OK(tern_begin_ex(db, 0, TERN_NO_WAIT, &third));
+    start = now_ms();
+    CHECK(tern_put(third, NULL, (const uint8_t *)"k", 1, (const uint8_t *)"3", 1) == TERN_EWOULDBLOCK);
+    CHECK(now_ms() - start < 1000);
+    OK(tern_put(third, NULL, (const uint8_t *)"other", 5, (const uint8_t *)"3", 1)); /* still usable */
+    OK(tern_abort(third));
+
+    CHECK(tern_begin_ex(db, 0, -2, &third) == TERN_EINVAL);
+    CHECK(tern_begin_ex(db, 0, INT64_MIN, &third) == TERN_EINVAL);
+
+    /* the timed-out transaction is not failed: once the holder aborts, the write goes through */
+    OK(tern_abort(first));
+    OK(tern_put(second, NULL, (const uint8_t *)"k", 1, (const uint8_t *)"2", 1));
+    OK(tern_commit(second));
+
+    /* read-only transactions take no locks: the wait is accepted and has no effect */
+    OK(tern_begin_ex(db, 1, 0, &third));
+    const uint8_t *v = NULL;
+    size_t vlen = 0;
+    OK(tern_get(third, NULL, (const uint8_t *)"k", 1, &v, &vlen));
+    CHECK(vlen == 1 && v[0] == '2');
+    OK(tern_abort(third));
+    OK(tern_close(db));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -145,6 +266,9 @@ int main(int argc, char **argv) {
     }
     test_basics(argv[1]);
     test_threads(argv[1]);
+    test_unknown_options(argv[1]);
+    test_impossible_lengths(argv[1]);
+    test_lock_wait(argv[1]);
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;
