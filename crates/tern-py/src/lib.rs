@@ -12,15 +12,21 @@
 //! ```
 //!
 //! Invariants:
-//! * A `Transaction` owns a clone of its database handle, declared after the transaction it
-//!   keeps alive, so the engine's transaction never outlives the database it borrows.
-//! * A `Transaction` is bound to the thread that began it (tern's transactions are; PyO3's
-//!   `unsendable` check raises on use from another thread).
+//! * A transaction's engine state owns a clone of its database handle, declared after the
+//!   transaction it keeps alive, so the engine's transaction never outlives the database it
+//!   borrows.
+//! * A `Transaction` is bound to the thread that began it (tern's transactions are): used from
+//!   another thread it raises `RuntimeError`; dropped on another thread it is aborted by its own
+//!   thread, at that thread's next call into tern or when it exits (`pinned`).
 //! * The GIL is released around every engine call (`Python::detach`); the closures run on the
 //!   calling thread, so the thread binding holds.
 //! * Range iteration holds no borrow across Python calls: each batch of entries is read by a
 //!   fresh cursor positioned after the last key returned.
 
+mod pinned;
+
+use engine::lock::Wait;
+use pinned::{reap, Pinned};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -29,7 +35,12 @@ use pyo3::types::{PyBytes, PyTuple};
 create_exception!(tern, Error, PyException, "Any error from tern.");
 create_exception!(tern, ConflictError, Error, "A write conflicted with a later commit: abort and retry.");
 create_exception!(tern, DeadlockError, Error, "The transaction was chosen as a deadlock victim: abort and retry.");
-create_exception!(tern, LockTimeoutError, Error, "A lock wait timed out.");
+create_exception!(
+    tern,
+    LockTimeoutError,
+    Error,
+    "A lock wait timed out (or, with lock_timeout=0, the lock was taken)."
+);
 create_exception!(tern, ReadOnlyError, Error, "A write in a read-only transaction or database.");
 create_exception!(tern, NoSuchTableError, Error, "No table of that name.");
 create_exception!(tern, TableExistsError, Error, "A table of that name exists already.");
@@ -89,7 +100,9 @@ struct Database {
 }
 
 impl Database {
+    /// The engine's handle (after ending the calling thread's orphaned transactions).
     fn handle(&self) -> PyResult<engine::Db> {
+        reap();
         self.db
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -104,6 +117,7 @@ impl Database {
 #[pyfunction]
 #[pyo3(signature = (path, cache_bytes=None, durability="sync"))]
 fn open(py: Python<'_>, path: std::path::PathBuf, cache_bytes: Option<u64>, durability: &str) -> PyResult<Database> {
+    reap();
     let mut options = engine::Options::default();
     if let Some(bytes) = cache_bytes {
         options.cache_bytes = bytes;
@@ -121,14 +135,21 @@ fn open(py: Python<'_>, path: std::path::PathBuf, cache_bytes: Option<u64>, dura
 
 #[pymethods]
 impl Database {
-    /// Begins a read-write transaction (use it in a `with` block).
-    fn begin(&self) -> PyResult<Transaction> {
-        Transaction::begin(self.handle()?, false)
+    /// Begins a read-write transaction (use it in a `with` block). `lock_timeout`: how long a
+    /// write waits for a lock another transaction holds on its key, in seconds; `None` (the
+    /// default) waits until it is granted (or a deadlock is found), 0 does not wait. A wait that
+    /// ends ungranted raises `LockTimeoutError`; the transaction stays usable. One thread that
+    /// interleaves two write transactions writing one key needs a timeout: the second waits for
+    /// the first, which cannot finish meanwhile, so with `None` the thread hangs.
+    #[pyo3(signature = (lock_timeout=None))]
+    fn begin(&self, lock_timeout: Option<f64>) -> PyResult<Transaction> {
+        let lock_wait = lock_wait(lock_timeout)?;
+        Transaction::begin(self.handle()?, engine::TxnOptions { lock_wait, ..engine::TxnOptions::default() })
     }
 
     /// Begins a read-only transaction: a snapshot, no locks.
     fn begin_read(&self) -> PyResult<Transaction> {
-        Transaction::begin(self.handle()?, true)
+        Transaction::begin(self.handle()?, engine::TxnOptions { read_only: true, ..engine::TxnOptions::default() })
     }
 
     /// Creates table `name`.
@@ -151,6 +172,7 @@ impl Database {
     /// Closes the database (final checkpoint). Live transactions keep the engine open until
     /// they end; later calls on this object raise.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        reap();
         let db = self.db.lock().unwrap_or_else(|p| p.into_inner()).take();
         match db {
             Some(db) => released(py, || db.close()).map_err(py_err),
@@ -169,38 +191,47 @@ impl Database {
     }
 }
 
-/// A transaction, bound to the thread that began it. As a context manager it commits when the
-/// block ends normally and aborts when it raises.
-#[pyclass(module = "tern", unsendable)]
+/// The engine's lock wait for `Database.begin`'s `lock_timeout`, checked.
+fn lock_wait(lock_timeout: Option<f64>) -> PyResult<Wait> {
+    match lock_timeout {
+        None => Ok(Wait::Forever),
+        Some(0.0) => Ok(Wait::No), // -0.0 too
+        Some(secs) => std::time::Duration::try_from_secs_f64(secs).map(Wait::Timeout).map_err(|_| {
+            PyValueError::new_err(format!("lock_timeout must be None or a finite number of seconds >= 0, not {secs}"))
+        }),
+    }
+}
+
+/// A transaction, bound to the thread that began it: another thread gets a `RuntimeError`. As
+/// a context manager it commits when the block ends normally and aborts when it raises.
+#[pyclass(module = "tern", frozen)]
 struct Transaction {
-    /// Declared first, so dropped first. Its lifetime is erased: it borrows the database that
-    /// `db` keeps alive.
-    txn: Option<engine::Txn<'static>>,
-    /// Dropped when the transaction finishes (after it), so that a finished transaction object
-    /// that Python keeps does not keep the database open.
-    db: Option<engine::Db>,
+    pinned: Pinned,
     read_only: bool,
 }
 
 impl Transaction {
-    fn begin(db: engine::Db, read_only: bool) -> PyResult<Transaction> {
-        let txn = if read_only { db.begin_read() } else { db.begin() }.map_err(py_err)?;
-        // SAFETY: only the lifetime changes; the transaction borrows the database `db` points to,
-        // and `db` (a clone of the handle, holding the database alive) is stored beside it and
-        // dropped after it (field order; `finish` drops it only after the transaction), so the
-        // borrow never dangles.
-        let txn = unsafe { std::mem::transmute::<engine::Txn<'_>, engine::Txn<'static>>(txn) };
-        Ok(Transaction { txn: Some(txn), db: Some(db), read_only })
+    fn begin(db: engine::Db, options: engine::TxnOptions) -> PyResult<Transaction> {
+        let read_only = options.read_only;
+        Ok(Transaction { pinned: Pinned::begin(db, options).map_err(py_err)?, read_only })
     }
 
-    fn live(&mut self) -> PyResult<&mut engine::Txn<'static>> {
-        self.txn.as_mut().ok_or_else(|| TransactionError::new_err("the transaction is finished"))
+    /// Runs `f` with the live transaction: `RuntimeError` on another thread than the one that
+    /// began it, `TransactionError` once it is finished.
+    fn live<T>(&self, f: impl FnOnce(&mut engine::Txn<'static>) -> PyResult<T>) -> PyResult<T> {
+        self.pinned.with(|live| f(live.ok_or_else(|| TransactionError::new_err("the transaction is finished"))?.txn()))
     }
 
-    fn table(&mut self, table: Option<&str>) -> PyResult<engine::Table> {
-        let name = table.unwrap_or("");
-        let txn = self.live()?;
-        txn.table(name).map_err(py_err)
+    /// As [`Transaction::live`], with `table`'s handle too (None: the default table).
+    fn with<T>(
+        &self,
+        table: Option<&str>,
+        f: impl FnOnce(&mut engine::Txn<'static>, engine::Table) -> PyResult<T>,
+    ) -> PyResult<T> {
+        self.live(|txn| {
+            let table = txn.table(table.unwrap_or("")).map_err(py_err)?;
+            f(txn, table)
+        })
     }
 }
 
@@ -209,15 +240,13 @@ impl Transaction {
     /// The value of `key`, or `default` (None) if absent.
     #[pyo3(signature = (key, default=None, table=None))]
     fn get(
-        &mut self,
+        &self,
         py: Python<'_>,
         key: &[u8],
         default: Option<Py<PyAny>>,
         table: Option<&str>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let t = self.table(table)?;
-        let txn = self.live()?;
-        let found = released(py, || txn.get_in(&t, key)).map_err(py_err)?;
+        let found = self.with(table, |txn, t| released(py, || txn.get_in(&t, key)).map_err(py_err))?;
         Ok(match found {
             Some(v) => Some(PyBytes::new(py, &v).into_any().unbind()),
             None => default,
@@ -226,29 +255,25 @@ impl Transaction {
 
     /// Writes `key` = `value`.
     #[pyo3(signature = (key, value, table=None))]
-    fn put(&mut self, py: Python<'_>, key: &[u8], value: &[u8], table: Option<&str>) -> PyResult<()> {
-        let t = self.table(table)?;
-        let txn = self.live()?;
-        released(py, || txn.put_in(&t, key, value)).map_err(py_err)
+    fn put(&self, py: Python<'_>, key: &[u8], value: &[u8], table: Option<&str>) -> PyResult<()> {
+        self.with(table, |txn, t| released(py, || txn.put_in(&t, key, value)).map_err(py_err))
     }
 
     /// Deletes `key`; returns whether it was there.
     #[pyo3(signature = (key, table=None))]
-    fn delete(&mut self, py: Python<'_>, key: &[u8], table: Option<&str>) -> PyResult<bool> {
-        let t = self.table(table)?;
-        let txn = self.live()?;
-        released(py, || txn.delete_in(&t, key)).map_err(py_err)
+    fn delete(&self, py: Python<'_>, key: &[u8], table: Option<&str>) -> PyResult<bool> {
+        self.with(table, |txn, t| released(py, || txn.delete_in(&t, key)).map_err(py_err))
     }
 
-    fn __getitem__(&mut self, py: Python<'_>, key: &[u8]) -> PyResult<Py<PyAny>> {
+    fn __getitem__(&self, py: Python<'_>, key: &[u8]) -> PyResult<Py<PyAny>> {
         self.get(py, key, None, None)?.ok_or_else(|| PyKeyError::new_err(PyBytes::new(py, key).unbind()))
     }
 
-    fn __setitem__(&mut self, py: Python<'_>, key: &[u8], value: &[u8]) -> PyResult<()> {
+    fn __setitem__(&self, py: Python<'_>, key: &[u8], value: &[u8]) -> PyResult<()> {
         self.put(py, key, value, None)
     }
 
-    fn __delitem__(&mut self, py: Python<'_>, key: &[u8]) -> PyResult<()> {
+    fn __delitem__(&self, py: Python<'_>, key: &[u8]) -> PyResult<()> {
         if self.delete(py, key, None)? {
             Ok(())
         } else {
@@ -256,7 +281,7 @@ impl Transaction {
         }
     }
 
-    fn __contains__(&mut self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+    fn __contains__(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
         Ok(self.get(py, key, None, None)?.is_some())
     }
 
@@ -270,24 +295,20 @@ impl Transaction {
         reverse: bool,
         table: Option<String>,
     ) -> PyResult<RangeIter> {
-        let t = slf.borrow_mut().table(table.as_deref())?;
+        let t = slf.get().with(table.as_deref(), |_, t| Ok(t))?;
         Ok(RangeIter { txn: slf.unbind(), table: t, start, end, reverse, after: None, batch: Vec::new(), done: false })
     }
 
     /// Commits. Afterwards the transaction is finished.
-    fn commit(&mut self, py: Python<'_>) -> PyResult<()> {
-        let txn = self.txn.take().ok_or_else(|| TransactionError::new_err("the transaction is finished"))?;
-        let result = released(py, move || txn.commit()).map_err(py_err);
-        self.db = None; // after the transaction, which borrowed it
-        result
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        let live = self.pinned.take()?.ok_or_else(|| TransactionError::new_err("the transaction is finished"))?;
+        released(py, move || live.commit()).map_err(py_err)
     }
 
     /// Aborts (nothing of it is applied). Aborting a finished transaction does nothing.
-    fn abort(&mut self) {
-        if let Some(txn) = self.txn.take() {
-            txn.abort();
-        }
-        self.db = None; // after the transaction, which borrowed it
+    fn abort(&self) -> PyResult<()> {
+        drop(self.pinned.take()?); // a live transaction dropped unfinished is aborted
+        Ok(())
     }
 
     /// Whether the transaction is read-only.
@@ -302,14 +323,14 @@ impl Transaction {
 
     #[pyo3(signature = (exc_type, _exc_value, _traceback))]
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: Option<Bound<'_, PyAny>>,
         _exc_value: Option<Bound<'_, PyAny>>,
         _traceback: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if exc_type.is_some() || self.txn.is_none() {
-            self.abort();
+        if exc_type.is_some() || self.pinned.with(|live| Ok(live.is_none()))? {
+            self.abort()?;
         } else {
             self.commit(py)?;
         }
@@ -320,8 +341,9 @@ impl Transaction {
 /// Entries read per batch of a range iteration.
 const BATCH: usize = 256;
 
-/// An iteration over a transaction's range, in batches (no borrow is held between them).
-#[pyclass(module = "tern", unsendable)]
+/// An iteration over a transaction's range, in batches (no borrow is held between them). Bound
+/// to the transaction's thread, as the transaction is.
+#[pyclass(module = "tern")]
 struct RangeIter {
     txn: Py<Transaction>,
     table: engine::Table,
@@ -338,33 +360,33 @@ struct RangeIter {
 impl RangeIter {
     fn fill(&mut self, py: Python<'_>) -> PyResult<()> {
         use std::ops::Bound as B;
-        let mut holder = self.txn.bind(py).borrow_mut();
-        let txn = holder.live()?;
         let (table, reverse, after) = (&self.table, self.reverse, self.after.as_deref());
         let (lo, hi) = (self.start.as_deref(), self.end.as_deref());
-        let batch = released(py, || -> engine::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-            // The range still to walk: past `after` in the direction of travel.
-            let lower = match (reverse, after) {
-                (false, Some(a)) => B::Excluded(a),
-                _ => lo.map_or(B::Unbounded, B::Included),
-            };
-            let upper = match (reverse, after) {
-                (true, Some(a)) => B::Excluded(a),
-                _ => hi.map_or(B::Unbounded, B::Excluded),
-            };
-            let mut cursor = txn.cursor_in(table, (lower, upper))?;
-            let mut out = Vec::with_capacity(BATCH);
-            let mut entry = if reverse { cursor.last()? } else { cursor.first()? };
-            while let Some((k, v)) = entry {
-                out.push((k.to_vec(), v.to_vec()));
-                if out.len() == BATCH {
-                    break;
+        let batch = self.txn.get().live(|txn| {
+            released(py, || -> engine::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+                // The range still to walk: past `after` in the direction of travel.
+                let lower = match (reverse, after) {
+                    (false, Some(a)) => B::Excluded(a),
+                    _ => lo.map_or(B::Unbounded, B::Included),
+                };
+                let upper = match (reverse, after) {
+                    (true, Some(a)) => B::Excluded(a),
+                    _ => hi.map_or(B::Unbounded, B::Excluded),
+                };
+                let mut cursor = txn.cursor_in(table, (lower, upper))?;
+                let mut out = Vec::with_capacity(BATCH);
+                let mut entry = if reverse { cursor.last()? } else { cursor.first()? };
+                while let Some((k, v)) = entry {
+                    out.push((k.to_vec(), v.to_vec()));
+                    if out.len() == BATCH {
+                        break;
+                    }
+                    entry = if reverse { cursor.prev()? } else { cursor.next()? };
                 }
-                entry = if reverse { cursor.prev()? } else { cursor.next()? };
-            }
-            Ok(out)
-        })
-        .map_err(py_err)?;
+                Ok(out)
+            })
+            .map_err(py_err)
+        })?;
         self.done = batch.len() < BATCH;
         self.after = batch.last().map(|(k, _)| k.clone());
         self.batch = batch;
@@ -380,6 +402,7 @@ impl RangeIter {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<(Py<PyBytes>, Py<PyBytes>)>> {
+        self.txn.get().pinned.check()?;
         if self.batch.is_empty() && !self.done {
             self.fill(py)?;
         }

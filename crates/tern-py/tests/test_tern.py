@@ -1,7 +1,10 @@
 """Tests of the tern Python package (run by CI: pytest crates/tern-py/tests)."""
 
+import subprocess
 import sys
+import textwrap
 import threading
+import time
 
 import pytest
 
@@ -102,19 +105,202 @@ def test_conflicting_writers_get_a_conflict(db):
 
 def test_a_transaction_stays_on_its_thread(db):
     txn = db.begin()
+    txn[b"mine"] = b"1"
+    it = txn.range()
     seen = []
 
     def use():
-        try:
-            txn.put(b"k", b"v")
-        except BaseException as e:  # PyO3 raises RuntimeError for unsendable objects
-            seen.append(type(e).__name__)
+        for attempt in (
+            lambda: txn.put(b"k", b"v"),
+            lambda: txn.get(b"mine"),
+            lambda: txn.range(),
+            lambda: next(it),
+            txn.commit,
+            txn.abort,
+        ):
+            try:
+                attempt()
+            except RuntimeError as e:  # exactly what the docs promise, no BaseException
+                seen.append(e)
 
     t = threading.Thread(target=use)
     t.start()
     t.join()
-    assert seen, "using a transaction from another thread must raise"
+    assert [type(e) for e in seen] == [RuntimeError] * 6, seen
+    assert "only on the thread that began it" in str(seen[0])
+    assert txn.read_only is False  # an attribute, readable anywhere
+    assert txn[b"mine"] == b"1"  # nothing happened to it
+    assert next(it) == (b"mine", b"1")
     txn.abort()
+
+
+def run_script(tmp_path, code, timeout=60):
+    """Runs `code` in a fresh interpreter (DB is a database path in tmp_path): a hang fails the
+    test instead of stalling the run. Returns its stdout; its stderr must be empty (no panic
+    message, no PyO3 warning)."""
+    code = "import tern, threading, time\nDB = %r\n" % str(tmp_path / "db") + textwrap.dedent(code)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("hung (killed after %d s); output so far: %r %r" % (timeout, e.stdout, e.stderr))
+    assert out.returncode == 0 and out.stderr == "", out.stdout + out.stderr
+    return out.stdout
+
+
+def test_another_thread_gets_a_runtime_error_and_no_panic(tmp_path):
+    out = run_script(
+        tmp_path,
+        """
+        db = tern.open(DB)
+        txn = db.begin()
+        def use():
+            try:
+                txn.put(b"k", b"v")
+            except RuntimeError as e:
+                print(type(e).__name__)
+        t = threading.Thread(target=use); t.start(); t.join()
+        txn.abort(); db.close()
+        """,
+    )
+    assert out == "RuntimeError\n"
+
+
+def test_two_writers_on_one_thread_time_out(db):
+    first = db.begin()
+    second = db.begin(lock_timeout=0.05)
+    first[b"k"] = b"1"
+    start = time.monotonic()
+    with pytest.raises(tern.LockTimeoutError):
+        second[b"k"] = b"2"
+    assert 0.045 <= time.monotonic() - start < 10
+    third = db.begin(lock_timeout=0)
+    start = time.monotonic()
+    with pytest.raises(tern.LockTimeoutError):  # no wait at all
+        third[b"k"] = b"3"
+    assert time.monotonic() - start < 1
+    third.abort()
+    first.abort()
+    second[b"k"] = b"2"  # a timed-out transaction is still usable
+    second.commit()
+    with db.begin_read() as txn:
+        assert txn[b"k"] == b"2"
+    for bad in (-1, -0.5, float("nan"), float("inf"), 1e300):
+        with pytest.raises(ValueError):
+            db.begin(lock_timeout=bad)
+    with pytest.raises(TypeError):
+        db.begin(lock_timeout="1")
+
+
+def test_the_same_thread_waiting_for_itself_hangs_only_without_a_timeout(tmp_path):
+    # The documented hazard, bounded: with a timeout the second writer gets LockTimeoutError.
+    out = run_script(
+        tmp_path,
+        """
+        db = tern.open(DB)
+        a = db.begin(); b = db.begin(lock_timeout=0.1)
+        a.put(b"k", b"a")
+        try:
+            b.put(b"k", b"b")
+        except tern.LockTimeoutError:
+            print("timed out")
+        a.abort(); b.abort(); db.close()
+        """,
+    )
+    assert out == "timed out\n"
+
+
+def test_a_transaction_left_by_an_exited_thread_is_aborted(tmp_path):
+    # The auditor's case: begun and left unfinished by a thread that exits, dropped on another.
+    out = run_script(
+        tmp_path,
+        """
+        db = tern.open(DB)
+        box = []
+        def worker():
+            t = db.begin(); t.put(b"k", b"from worker"); box.append(t)
+        th = threading.Thread(target=worker); th.start(); th.join()
+        try:
+            box[0].put(b"k", b"late")
+        except RuntimeError:
+            print("its thread is gone")
+        box.clear()
+        with db.begin(lock_timeout=10) as t:
+            t.put(b"k", b"main")
+        with db.begin_read() as t:
+            print(t[b"k"].decode())
+        db.close()
+        """,
+    )
+    assert out == "its thread is gone\nmain\n"
+
+
+def test_a_transaction_dropped_on_another_thread_is_aborted_by_its_own(tmp_path):
+    # The owner lives on: it aborts the orphan at its next call into tern. Until then the
+    # orphan keeps its locks (the documented limit).
+    out = run_script(
+        tmp_path,
+        """
+        db = tern.open(DB)
+        orphan = db.begin(); orphan.put(b"k", b"orphan")
+        box = [orphan]; del orphan
+        go, done = threading.Event(), threading.Event()
+        def other():
+            box.clear()  # the last reference, dropped on this thread
+            go.wait()
+            try:
+                with db.begin(lock_timeout=0.05) as t:
+                    t.put(b"k", b"other")
+            except tern.LockTimeoutError:
+                print("still locked while its thread makes no call")
+            done.set()
+        th = threading.Thread(target=other); th.start()
+        time.sleep(0.1)
+        go.set(); done.wait()
+        th.join()
+        db.table_names()  # any call into tern on the owning thread ends the orphan
+        def write():
+            with db.begin(lock_timeout=10) as t:
+                t.put(b"k", b"other")
+        th = threading.Thread(target=write); th.start(); th.join()
+        with db.begin_read() as t:
+            print(t[b"k"].decode())
+        db.close()
+        """,
+    )
+    assert out == "still locked while its thread makes no call\nother\n"
+
+
+def test_the_database_closes_after_a_transaction_dropped_on_another_thread(tmp_path):
+    # The auditor's case: the thread that began it exits; the database then closes for good.
+    out = run_script(
+        tmp_path,
+        """
+        def reopen():
+            # The exiting thread aborts its transactions as the operating system thread ends,
+            # which may be a moment after join() returns.
+            for _ in range(1000):
+                try:
+                    return tern.open(DB).close()
+                except tern.LockedError:
+                    time.sleep(0.01)
+            raise AssertionError("the database never closed")
+        db = tern.open(DB)
+        box = []
+        th = threading.Thread(target=lambda: box.append(db.begin())); th.start(); th.join()
+        box.clear()
+        db.close()
+        reopen()
+        print("reopened")
+        # and with the owner alive: close aborts the orphan first
+        db = tern.open(DB)
+        box = [db.begin()]
+        th = threading.Thread(target=box.clear); th.start(); th.join()
+        db.close()
+        tern.open(DB).close()
+        print("reopened")
+        """,
+    )
+    assert out == "reopened\nreopened\n"
 
 
 def test_data_survives_reopen_and_the_directory_is_locked(tmp_path):
