@@ -92,7 +92,7 @@ pub extern "C" fn tern_open_ex(
         }
         options.wal.durability = durability_arg(durability)?;
         let db = Db::open(path, options)?;
-        let max_key = db.options().tree.page_size / 8;
+        let max_key = db.max_key_len();
         give(out, tern_db { db, live_txns: AtomicUsize::new(0), max_key })
     })
 }

@@ -487,6 +487,12 @@ impl Db {
         self.inner.path.as_deref()
     }
 
+    /// The longest key this database takes, in bytes: an eighth of its page size (2048 at the
+    /// default 16 KiB). Longer keys get [`Error::KeyTooLarge`].
+    pub fn max_key_len(&self) -> usize {
+        self.inner.default_table.tree.max_key_len()
+    }
+
     /// The options the database was opened with, with the ones its stored data depends on
     /// (the page size, search layout and hints recorded when it was created) as recorded.
     pub fn options(&self) -> Options {

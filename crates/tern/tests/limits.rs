@@ -301,6 +301,7 @@ fn a_database_keeps_the_page_size_it_was_created_with() {
         copy_files(dir.path(), copy.path());
         let db = Db::open(copy.path(), small).unwrap();
         assert_eq!(db.options().tree.page_size, 16384, "the stored page size wins");
+        assert_eq!(db.max_key_len(), 2048);
         assert_eq!(get(&db, &long_key).as_deref(), Some(&b"v"[..]));
         if !checkpointed {
             assert_eq!(get(&db, &[b'x'; 1500]).as_deref(), Some(&b"w"[..]));
@@ -317,6 +318,7 @@ fn a_database_keeps_the_page_size_it_was_created_with() {
     let other = tempfile::tempdir().unwrap();
     let db = Db::open(other.path(), small).unwrap();
     assert_eq!(db.options().tree.page_size, 4096);
+    assert_eq!(db.max_key_len(), 512);
     let mut txn = db.begin().unwrap();
     assert!(matches!(txn.put(&long_key, b"v"), Err(Error::KeyTooLarge { len: 2000, max: 512 })));
 }
