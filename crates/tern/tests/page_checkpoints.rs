@@ -208,6 +208,55 @@ fn large_values_are_pages_on_disk_and_a_checkpoint_writes_only_those_that_change
     tern::recovery::check(dir.path()).unwrap();
 }
 
+/// A checkpoint taken while a reader holds versions holds chains; the next open folds them
+/// back into their leaves (they were restored as versions for good before: every later
+/// checkpoint wrote their values again beside its map, every open restored them).
+#[test]
+fn chains_a_checkpoint_holds_are_folded_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let big_cache = || Options { cache_bytes: 16 << 20, ..options() };
+    let key = |i: u32| format!("key{i:05}").into_bytes();
+    // Some values past a quarter page (overflow pages once folded); some keys deleted.
+    let value = |i: u32, round: u8| vec![round; if i % 50 == 0 { 3000 } else { 100 }];
+    let mut want = BTreeMap::new();
+    let db = Db::open(dir.path(), big_cache()).unwrap();
+    let reader = db.begin_read().unwrap();
+    for round in 1..3u8 {
+        let mut t = db.begin().unwrap();
+        for i in 0..3000u32 {
+            if round == 2 && i % 7 == 0 {
+                t.delete(&key(i)).unwrap();
+                want.remove(&key(i));
+            } else {
+                t.put(&key(i), &value(i, round)).unwrap();
+                want.insert(key(i), value(i, round));
+            }
+        }
+        t.commit().unwrap();
+    }
+    let first = db.checkpoint().unwrap().unwrap();
+    let map_bytes = |db_dir: &std::path::Path, file: &str| std::fs::metadata(db_dir.join(file)).unwrap().len();
+    assert!(map_bytes(dir.path(), &first.file) > 200 << 10, "the chains' values are beside the map");
+    drop(reader);
+    db.gc();
+    // Closed without a checkpoint (`checkpoint_on_close` off), as a crash leaves it.
+    db.close().unwrap();
+    let db = Db::open(dir.path(), big_cache()).unwrap();
+    assert_eq!(first_difference(&contents(&db), &want), None);
+    let mut t = db.begin().unwrap();
+    t.put(b"one more", b"write").unwrap();
+    t.commit().unwrap();
+    want.insert(b"one more".to_vec(), b"write".to_vec());
+    let second = db.checkpoint().unwrap().unwrap();
+    assert!(map_bytes(dir.path(), &second.file) < 32 << 10, "no chain left to write beside the map: {second:?}");
+    db.close().unwrap();
+    let db = Db::open(dir.path(), big_cache()).unwrap();
+    assert_eq!(first_difference(&contents(&db), &want), None);
+    db.close().unwrap();
+    let report = tern::recovery::check(dir.path()).unwrap();
+    assert_eq!(report.tables[0].entries as usize, want.len());
+}
+
 fn fill(db: &Db, from: u64, to: u64, tag: u8) {
     let mut t = db.begin().unwrap();
     for i in from..to {

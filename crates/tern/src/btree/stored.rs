@@ -14,6 +14,7 @@ use super::tree::{Abort, BTree, Room};
 use crate::Result;
 use crossbeam_epoch::Guard;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// Turns a version chain into the value a reader sees: how a [`Cursor`](super::Cursor) or
 /// [`Range`](super::Range) over a transactional table reads it. Implemented by tern's
@@ -312,6 +313,65 @@ impl BTree {
             entries.insert(slot, entry);
         }
         self.rebuild(n, &entries);
+    }
+}
+
+impl BTree {
+    /// Folds chains restored from a page checkpoint that leaf `pid` holds back into the leaf,
+    /// as the collector folds a chain down to one version: `chains` maps a chain id to the
+    /// value every snapshot sees (`None`: the key is deleted). For the open, before the log is
+    /// replayed (nothing has moved a chain since the checkpoint wrote the leaf) and before any
+    /// reader. Returns the ids folded: none if `pid` is not a leaf of this tree (the descent
+    /// for its first such key does not reach it); a chain whose value no longer fits is left
+    /// to be restored as a version.
+    pub(crate) fn fold_restored(&self, pid: u32, chains: &HashMap<u64, Option<&[u8]>>) -> Result<Vec<u64>> {
+        let held = |n: NodeRef<'_>, i: usize| chains.contains_key(&n.chain_id(i));
+        let keys: Vec<(usize, Vec<u8>)> = {
+            let Some(page) = self.pool.shared(pid)? else { return Ok(Vec::new()) };
+            let n = NodeRef::new(page.page());
+            chain_slots(n).filter(|&i| held(n, i)).map(|i| (i, n.key(i))).collect()
+        };
+        let Some((_, first)) = keys.first() else { return Ok(Vec::new()) };
+        if self.leaf_of(first)? != pid {
+            return Ok(Vec::new());
+        }
+        let _gate = self.pool.enter_write();
+        let guard = crossbeam_epoch::pin();
+        let Some(page) = self.pool.exclusive(pid)? else { return Ok(Vec::new()) };
+        let n = NodeRef::new(page.page());
+        let mut folded = Vec::new();
+        // From the last slot down: neither a removed slot nor a rebuilt leaf moves the slots
+        // still to do.
+        for (slot, key) in keys.into_iter().rev() {
+            let still = slot < n.count() && n.value_ref(slot).flags & FLAG_CHAIN != 0 && held(n, slot);
+            if !still || n.key(slot) != key {
+                continue;
+            }
+            let id = n.chain_id(slot);
+            let change = match chains[&id] {
+                Some(value) => Change::Plain(Cow::Borrowed(value)),
+                None => Change::Remove,
+            };
+            let mut f = Some(|_: Current<'_>| (change, ()));
+            match self.change_slot(n, slot, true, &key, 0, &mut f, &guard) {
+                Ok((Applied::Yes, ())) => folded.push(id),
+                Ok(_) | Err(Abort::Restart) => {}
+                Err(Abort::Fail(e)) => return Err(e),
+            }
+        }
+        Ok(folded)
+    }
+
+    /// The page id of the leaf whose range holds `key`.
+    fn leaf_of(&self, key: &[u8]) -> Result<u32> {
+        let guard = crossbeam_epoch::pin();
+        loop {
+            match self.descend(key, 0, false, &guard) {
+                Ok(path) if path.at.version.validate().is_ok() => return Ok(path.at.pid),
+                Ok(_) | Err(Abort::Restart) => self.count_restart(),
+                Err(Abort::Fail(e)) => return Err(e),
+            }
+        }
     }
 }
 

@@ -45,6 +45,7 @@ use crate::fs::Fs;
 use crate::wal::reader::{scan, TornTail};
 use crate::{Error, Result};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -203,7 +204,7 @@ pub(crate) fn recover(
             stats.checkpoint = Some(checkpoint::file_name(seq));
             stats.checkpoint_snapshot = map.snapshot;
             stats.checkpoint_pages = map.pages.len() as u64;
-            chains = map.chains;
+            chains = fold_restored_chains(&tables, map.chains);
             (pool, tables, map.snapshot, map.lsn)
         }
         (Some(seq), None) => {
@@ -258,6 +259,30 @@ pub(crate) fn recover(
         deferred,
         stats,
     })
+}
+
+/// Folds the chain values of a page checkpoint back into their leaves where they can be
+/// (`BTree::fold_restored`); returns the ones left to restore as versions. A checkpoint holds
+/// chains where versions were still in use (a reader older than recent commits, commits the
+/// collector had not reached): restored as versions, nothing would ever fold them, so every
+/// later checkpoint wrote them again and every open restored them. Best effort: a leaf that
+/// cannot be read keeps its chains (the read fails again, and is reported, when it is needed).
+fn fold_restored_chains(tables: &[(u32, String, BTree)], chains: Vec<ChainValue>) -> Vec<ChainValue> {
+    let mut by_page: std::collections::BTreeMap<u32, HashMap<u64, Option<&[u8]>>> = Default::default();
+    for (pid, id, value) in &chains {
+        by_page.entry(*pid).or_default().insert(*id, value.as_deref());
+    }
+    let mut folded = std::collections::HashSet::new();
+    for (pid, held) in &by_page {
+        for (_, _, tree) in tables {
+            let done = tree.fold_restored(*pid, held).unwrap_or_default();
+            if !done.is_empty() {
+                folded.extend(done);
+                break;
+            }
+        }
+    }
+    chains.into_iter().filter(|(_, id, _)| !folded.contains(id)).collect()
 }
 
 /// The bytes of the log files in `dir` (what a replay reads at most).
