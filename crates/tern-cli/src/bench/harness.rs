@@ -174,7 +174,7 @@ impl Sample {
 
     /// Operations per second.
     pub fn ops_per_sec(&self) -> f64 {
-        self.ops() as f64 / self.secs.max(f64::MIN_POSITIVE)
+        super::report::rate(self.ops(), self.secs)
     }
 
     /// Least over most operations per thread: 1.0 when every thread got the same share.

@@ -107,18 +107,19 @@ pub fn run(args: &IngestArgs) -> Result<(), String> {
                 times.push(if v == 0 { sorted(args, n, &path)? } else { shuffled(args, n, &path)? });
             }
         }
-        for (v, loads) in times.iter_mut().enumerate() {
-            if loads.is_empty() {
-                continue;
-            }
-            let rates: Vec<f64> = loads.iter().map(|l| n as f64 / l.secs).collect();
-            loads.sort_by(|a, b| a.secs.total_cmp(&b.secs));
-            let median = &loads[loads.len() / 2];
+        for (v, loads) in times.iter().enumerate() {
             let mut params = Map::new();
             params.insert("records".into(), json!(n));
             params.insert("value_bytes".into(), json!(args.value_bytes));
             params.insert("order".into(), json!(if v == 0 { "sorted" } else { "shuffled" }));
-            let mut extra = Map::new();
+            let variant = if v == 0 { "load_table".to_string() } else { txn_variant.clone() };
+            let rounds: Vec<(u64, f64)> = loads.iter().map(|l| (n, l.secs)).collect();
+            let Some((mut record, mid)) = Record::median_round("ingest", variant, 1, params, &rounds, Map::new())
+            else {
+                continue;
+            };
+            let median = &loads[mid];
+            let extra = &mut record.extra;
             extra.insert("disk_bytes".into(), json!(median.disk_bytes));
             extra.insert("checkpoint_secs".into(), json!((median.checkpoint_secs * 1e3).round() / 1e3));
             extra.insert("fairness".into(), json!(1.0));
@@ -126,12 +127,7 @@ pub fn run(args: &IngestArgs) -> Result<(), String> {
                 extra.insert("txn_keys".into(), json!(args.txn_keys));
                 extra.insert("commit_secs".into(), json!((median.commit_secs * 1e3).round() / 1e3));
             }
-            let variant = if v == 0 { "load_table".to_string() } else { txn_variant.clone() };
-            let mut r = Record::single("ingest", variant, 1, params, n, median.secs, extra);
-            r.rounds = loads.len();
-            r.min_ops_per_sec = rates.iter().copied().fold(f64::INFINITY, f64::min);
-            r.max_ops_per_sec = rates.iter().copied().fold(0.0, f64::max);
-            records.push(r);
+            records.push(record);
         }
     }
     let notes = vec![format!(

@@ -16,11 +16,11 @@ pub struct Record {
     /// Point parameters (mode, sizes, ...), flattened into the JSON object.
     #[serde(flatten)]
     pub params: Map<String, Value>,
-    /// Operations in the median round.
+    /// Operations in the median round ([`Record::median_round`]).
     pub ops: u64,
     /// Seconds of the median round.
     pub secs: f64,
-    /// Median over rounds.
+    /// The median round's rate: `ops / secs`.
     pub ops_per_sec: f64,
     pub min_ops_per_sec: f64,
     pub max_ops_per_sec: f64,
@@ -57,7 +57,7 @@ impl Record {
         secs: f64,
         extra: Map<String, Value>,
     ) -> Record {
-        let rate = ops as f64 / secs.max(1e-9);
+        let rate = rate(ops, secs);
         Record {
             bench,
             variant,
@@ -78,6 +78,49 @@ impl Record {
             extra,
         }
     }
+
+    /// The record of several rounds, each `(ops, secs)`: `ops`, `secs` and `ops_per_sec` all
+    /// of the median round by rate ([`median_index`]), so that `ops_per_sec == ops / secs`;
+    /// `min_ops_per_sec` and `max_ops_per_sec` over every round. Returns the median round's
+    /// index with it (its other figures belong in the record too). `None` without a round.
+    pub fn median_round(
+        bench: &'static str,
+        variant: String,
+        threads: usize,
+        params: Map<String, Value>,
+        rounds: &[(u64, f64)],
+        extra: Map<String, Value>,
+    ) -> Option<(Record, usize)> {
+        let rates: Vec<f64> = rounds.iter().map(|&(ops, secs)| rate(ops, secs)).collect();
+        let mid = median_index(&rates)?;
+        let (ops, secs) = rounds[mid];
+        let record = Record {
+            min_ops_per_sec: rates.iter().copied().fold(f64::INFINITY, f64::min),
+            max_ops_per_sec: rates.iter().copied().fold(0.0, f64::max),
+            rounds: rounds.len(),
+            ..Record::single(bench, variant, threads, params, ops, secs, extra)
+        };
+        Some((record, mid))
+    }
+}
+
+/// Operations per second (a zero `secs` counts as a nanosecond: never infinite).
+pub fn rate(ops: u64, secs: f64) -> f64 {
+    ops as f64 / secs.max(1e-9)
+}
+
+/// Where the median of `xs` is: the middle value, and of an even count the lower of the two
+/// middle ones. Always a value that was measured, never a mean of two, so a median round's
+/// figures belong together. `None` if `xs` is empty.
+pub fn median_index(xs: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    order.sort_by(|&a, &b| xs[a].total_cmp(&xs[b]));
+    order.get(xs.len().saturating_sub(1) / 2).copied()
+}
+
+/// The median of `xs` ([`median_index`]).
+pub fn median(xs: &[f64]) -> Option<f64> {
+    median_index(xs).map(|i| xs[i])
 }
 
 /// Prints records as JSON Lines on stdout, the table on stderr; or only the table on stdout.
@@ -184,4 +227,28 @@ fn render_table(records: &[Record], title: &str, notes: &[String]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_median_is_a_measured_value_the_lower_middle_of_an_even_count() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.0));
+        assert_eq!(median_index(&[4.0, 1.0]), Some(1));
+    }
+
+    #[test]
+    fn the_median_round_gives_ops_secs_and_rate_of_one_round() {
+        let rounds = [(1000, 2.0), (300, 0.5), (100, 1.0), (800, 2.0)];
+        let (r, mid) = Record::median_round("t", "v".into(), 2, Map::new(), &rounds, Map::new()).unwrap();
+        assert_eq!(mid, 3);
+        assert_eq!((r.ops, r.secs, r.ops_per_sec), (800, 2.0, 400.0));
+        assert_eq!((r.min_ops_per_sec, r.max_ops_per_sec, r.rounds, r.threads), (100.0, 600.0, 4, 2));
+        assert!(Record::median_round("t", "v".into(), 1, Map::new(), &[], Map::new()).is_none());
+    }
 }

@@ -1,10 +1,11 @@
 //! Interleaved A/B measurement: every variant of a case runs once per round, in an order that
 //! rotates each round (A B C, B C A, C A B, ...), so drift on a shared, noisy machine hits all
-//! variants alike. A case's result per variant is its median round; its ratio to the baseline
-//! variant is the median of the per-round ratios (each from two runs seconds apart).
+//! variants alike. A case's result per variant is its median round ([`Record::median_round`]:
+//! of an even count, the slower of the two middle rounds); its ratio to the baseline variant
+//! is the median of the per-round ratios (each from two runs seconds apart).
 
 use super::harness::{interrupted, Sample};
-use super::report::Record;
+use super::report::{median, Record};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Map, Value};
 
@@ -97,57 +98,37 @@ pub fn plain(v: &Value) -> String {
     }
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(xs[n / 2]),
-        _ => Some((xs[n / 2 - 1] + xs[n / 2]) / 2.0),
-    }
-}
-
 fn summarise(bench: &'static str, case: &Case<'_>, samples: Vec<Vec<Sample>>) -> Vec<Record> {
     let baseline = case.baseline.as_ref().and_then(|b| case.variants.iter().position(|(n, _)| n == b));
     let mut out = Vec::new();
     for (v, runs) in samples.iter().enumerate() {
-        if runs.is_empty() {
+        let params = case.params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Map<_, _>>();
+        let rounds: Vec<(u64, f64)> = runs.iter().map(|r| (r.ops(), r.secs)).collect();
+        let variant = case.variants[v].0.clone();
+        let Some((mut record, mid)) = Record::median_round(bench, variant, case.threads, params, &rounds, Map::new())
+        else {
             continue;
-        }
-        let rates: Vec<f64> = runs.iter().map(Sample::ops_per_sec).collect();
-        let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.sort_by(|&a, &b| rates[a].total_cmp(&rates[b]));
-        let mid = &runs[order[order.len() / 2]];
+        };
+        let mid = &runs[mid];
         let vs_baseline = baseline.filter(|&b| b != v).and_then(|b| {
             let paired = runs.iter().zip(&samples[b]).map(|(a, base)| a.ops_per_sec() / base.ops_per_sec());
-            median(paired.collect())
+            median(&paired.collect::<Vec<_>>())
         });
         let mut latency = None;
         for h in runs.iter().filter_map(|r| r.latency.as_ref()) {
             latency.get_or_insert_with(super::harness::new_histogram).add(h).expect("same bounds");
         }
         let mut extra = mid.extra.clone();
-        extra.insert("fairness".into(), round3(median(runs.iter().map(Sample::fairness).collect()).unwrap_or(0.0)));
+        let fairness: Vec<f64> = runs.iter().map(Sample::fairness).collect();
+        extra.insert("fairness".into(), round3(median(&fairness).unwrap_or(0.0)));
         add_op_figures(&mut extra, runs, mid);
-        out.push(Record {
-            bench,
-            variant: case.variants[v].0.clone(),
-            threads: case.threads,
-            params: case.params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Map<_, _>>(),
-            ops: mid.ops(),
-            secs: mid.secs,
-            ops_per_sec: median(rates.clone()).unwrap_or(0.0),
-            min_ops_per_sec: rates.iter().copied().fold(f64::INFINITY, f64::min),
-            max_ops_per_sec: rates.iter().copied().fold(0.0, f64::max),
-            rounds: runs.len(),
-            p50_ns: latency.as_ref().map(|h| h.value_at_quantile(0.50)),
-            p99_ns: latency.as_ref().map(|h| h.value_at_quantile(0.99)),
-            p999_ns: latency.as_ref().map(|h| h.value_at_quantile(0.999)),
-            baseline: vs_baseline.and(case.baseline.clone()),
-            vs_baseline: vs_baseline.map(|r| (r * 1000.0).round() / 1000.0),
-            vs_1_thread: None,
-            extra,
-        });
+        record.extra = extra;
+        record.p50_ns = latency.as_ref().map(|h| h.value_at_quantile(0.50));
+        record.p99_ns = latency.as_ref().map(|h| h.value_at_quantile(0.99));
+        record.p999_ns = latency.as_ref().map(|h| h.value_at_quantile(0.999));
+        record.baseline = vs_baseline.and(case.baseline.clone());
+        record.vs_baseline = vs_baseline.map(|r| (r * 1000.0).round() / 1000.0);
+        out.push(record);
     }
     out
 }
@@ -224,6 +205,37 @@ pub fn add_ns_per_op(record: &mut Record) {
 mod tests {
     use super::*;
     use tern::sync::{LatchClass, SpinConfig, SpinPolicy};
+
+    fn sample(ops: u64, secs: f64) -> Sample {
+        Sample {
+            per_thread: vec![ops],
+            secs,
+            latency: None,
+            extra: Map::new(),
+            by_op: Vec::new(),
+            counts: Default::default(),
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn a_record_is_one_round_ops_secs_and_rate_alike_with_an_even_count_of_rounds() {
+        // Rates 500, 600, 100, 400 ops/s: the two middle rounds are 400 and 500; the record is
+        // the slower one's, whole (a mean of the middle rates would belong to no round).
+        let rounds = [(1000, 2.0), (300, 0.5), (100, 1.0), (800, 2.0)];
+        let next = std::cell::Cell::new(0);
+        let variant: RunFn<'_> = Box::new(|| {
+            let (ops, secs) = rounds[next.replace(next.get() + 1)];
+            Some(sample(ops, secs))
+        });
+        let case =
+            Case { params: vec![("p", json!(1))], threads: 1, variants: vec![("a".into(), variant)], baseline: None };
+        let records = super::run("test", &[case], rounds.len());
+        let r = &records[0];
+        assert_eq!((r.ops, r.secs, r.ops_per_sec, r.rounds), (800, 2.0, 400.0, 4));
+        assert_eq!((r.min_ops_per_sec, r.max_ops_per_sec), (100.0, 600.0));
+        assert_eq!(r.vs_1_thread, Some(1.0));
+    }
 
     #[test]
     fn pause_latches_hold_only_for_the_call_and_keep_each_class_settings() {
