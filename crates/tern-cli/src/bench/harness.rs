@@ -262,6 +262,28 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("static histogram bounds are valid")
 }
 
+/// How often the main thread looks whether a measurement is over.
+const POLL: Duration = Duration::from_millis(5);
+
+/// When one worker thread ran its body.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: Instant,
+    end: Instant,
+}
+
+/// A measurement's wall time: from the first thread's release to the last thread's finish,
+/// each read by the worker threads themselves. Not the main thread's view: it wakes every
+/// [`POLL`] to look whether the threads are done (fixed work would be padded to that), and may
+/// itself be descheduled after the release (fixed work would then look nearly instant). Never
+/// zero.
+fn wall_secs(spans: &[Span]) -> f64 {
+    let start = spans.iter().map(|s| s.start).min();
+    let end = spans.iter().map(|s| s.end).max();
+    let secs = start.zip(end).map_or(0.0, |(start, end)| end.saturating_duration_since(start).as_secs_f64());
+    secs.max(1e-9)
+}
+
 /// Runs `body` on `threads` threads for `duration`; `None` if interrupted (the sample is
 /// incomplete and must not be reported).
 pub fn run_threads<F>(threads: usize, duration: Duration, body: F) -> Option<Sample>
@@ -286,34 +308,38 @@ where
 {
     let control = Control { stop: CachePadded::new(AtomicBool::new(false)) };
     let barrier = Barrier::new(threads + 1);
-    let (results, secs) = std::thread::scope(|s| {
+    let (results, spans): (Vec<ThreadResult>, Vec<Span>) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let (body, control, barrier) = (&body, &control, &barrier);
                 s.spawn(move || {
                     barrier.wait();
                     let counters = COUNT_HARDWARE.load(Relaxed).then(ThreadCounters::start).and_then(Result::ok);
+                    // Each thread's own clock: released here, finished when its body returns.
+                    let start = Instant::now();
                     let mut result = body(i, control);
+                    let end = Instant::now();
                     result.counters = counters.map(ThreadCounters::stop);
-                    result
+                    (result, Span { start, end })
                 })
             })
             .collect();
         barrier.wait();
+        // The main thread only decides when to stop (a duration) or notices that the work is
+        // done (fixed work); the time reported is the threads' own ([`wall_secs`]).
         let start = Instant::now();
         let finished = || handles.iter().all(|h| h.is_finished());
         while duration.is_none_or(|d| start.elapsed() < d) && !interrupted() && !finished() {
-            let left = duration.map_or(Duration::from_millis(5), |d| d.saturating_sub(start.elapsed()));
-            std::thread::sleep(left.min(Duration::from_millis(5)));
+            let left = duration.map_or(POLL, |d| d.saturating_sub(start.elapsed()));
+            std::thread::sleep(left.min(POLL));
         }
         control.stop.store(true, Relaxed);
-        let results: Vec<ThreadResult> =
-            handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).collect();
-        (results, start.elapsed().as_secs_f64())
+        handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).unzip()
     });
     if interrupted() {
         return None;
     }
+    let secs = wall_secs(&spans);
     let mut latency: Option<Histogram<u64>> = None;
     let mut per_thread = Vec::with_capacity(threads);
     let (mut by_op, mut counts) = (Vec::new(), BTreeMap::new());
@@ -368,6 +394,37 @@ mod tests {
             counts: [("retries", count)].into_iter().collect(),
             counters: None,
         }
+    }
+
+    #[test]
+    fn wall_time_runs_from_the_first_release_to_the_last_finish() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let spans =
+            [Span { start: at(2), end: at(7) }, Span { start: at(1), end: at(30) }, Span { start: at(3), end: at(4) }];
+        assert_eq!(wall_secs(&spans), 0.029, "first start 1 ms, last end 30 ms");
+        assert_eq!(wall_secs(&spans[..1]), 0.005);
+        // No thread, or a body that took no measurable time: never zero (rates stay finite).
+        assert_eq!(wall_secs(&[]), 1e-9);
+        assert_eq!(wall_secs(&[Span { start: at(1), end: at(1) }]), 1e-9);
+    }
+
+    #[test]
+    fn fixed_work_is_timed_by_the_threads_not_by_the_polling() {
+        // Each body times itself: the sample's wall time covers every body, and the rate is
+        // the operations over it.
+        let own = std::sync::Mutex::new(Vec::new());
+        let sample = run_threads_to_completion(2, |i, _| {
+            let start = Instant::now();
+            let x: u64 = (0..1000u64).map(std::hint::black_box).sum();
+            own.lock().unwrap().push(start.elapsed().as_secs_f64());
+            ThreadResult::new(x / 499_500 + i as u64, None)
+        })
+        .unwrap();
+        assert_eq!(sample.ops(), 3);
+        let longest = own.into_inner().unwrap().into_iter().fold(0.0, f64::max);
+        assert!(sample.secs >= longest && sample.secs > 0.0, "{} < {longest}", sample.secs);
+        assert!((sample.ops_per_sec() - 3.0 / sample.secs).abs() <= 1e-9 * sample.ops_per_sec());
     }
 
     #[test]
