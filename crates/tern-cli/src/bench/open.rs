@@ -21,7 +21,7 @@
 
 use super::dist::mix64;
 use super::harness;
-use super::recovery::{check_log_args, check_record, evict, nosync_options, parse_bytes, value_of};
+use super::recovery::{check_log_args, check_record, evict, millis_rate, nosync_options, parse_bytes, value_of};
 use super::report::{emit, Record};
 use super::runner::round3;
 use super::workload::key_of;
@@ -392,17 +392,15 @@ fn open_record(
     n: u64,
     after: &str,
 ) -> Record {
-    let mut order: Vec<&Open> = opens.iter().collect();
-    order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
-    let mid = order[order.len() / 2];
-    let mode = mid.mode;
-    let median = |f: fn(&Open) -> f64| {
-        let mut v: Vec<f64> = opens.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    // One operation per round: the open. Every open of `opens` is of the same mode.
+    let rounds: Vec<(u64, f64)> = opens.iter().map(|o| (1, o.secs)).collect();
+    let variant = opens[0].mode.variant();
+    let (mut record, mid) =
+        Record::median_round("open", variant.into(), 1, params, &rounds, Map::new()).expect("at least one open");
+    let mid = &opens[mid];
+    let median = |f: fn(&Open) -> f64| super::report::median(&opens.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0);
     let (settled, reads) = (median(|o| o.settled_secs), median(|o| o.reads_secs));
-    let mut extra = Map::new();
+    let extra = &mut record.extra;
     extra.insert("open_ms".into(), round3(mid.secs * 1e3));
     extra.insert("deferred_writes".into(), json!(mid.deferred_writes));
     extra.insert("all_applied_ms".into(), round3(settled * 1e3));
@@ -414,19 +412,11 @@ fn open_record(
     extra.insert("records_replayed".into(), json!(mid.records_replayed));
     if log_bytes > 0 {
         extra.insert("log_bytes".into(), json!(log_bytes));
-        let rate = mid.bytes_replayed as f64 / 1e6 / (mid.replay_ms as f64 / 1e3).max(1e-9);
-        extra.insert("replay_mb_per_sec".into(), round3(rate));
+        let rate = millis_rate(mid.bytes_replayed as f64 / 1e6, mid.replay_ms);
+        extra.insert("replay_mb_per_sec".into(), rate.map_or(Value::Null, round3));
     }
     extra.insert("target_ms".into(), json!(TARGET_MS));
     extra.insert("fairness".into(), json!(1.0));
-    let rounds = opens.len();
-    let rate = |o: &Open| 1.0 / o.secs.max(1e-9);
-    let record = Record {
-        min_ops_per_sec: rate(order[rounds - 1]),
-        max_ops_per_sec: rate(order[0]),
-        rounds,
-        ..Record::single("open", mode.variant().into(), 1, params, 1, mid.secs, extra)
-    };
     let deferred = match mid.deferred_writes {
         0 => String::new(),
         w => format!(", {w} writes deferred"),
@@ -434,7 +424,7 @@ fn open_record(
     notes.push(format!(
         "{n} records, {} open after {after}: {:.1} ms (checkpoint {} ms, replay {} ms of {:.1} MiB, other {} ms{deferred}); \
          {} reads after it {:.1} ms; everything applied {:.1} ms after the open began (medians){}",
-        mode.variant(),
+        variant,
         mid.secs * 1e3,
         mid.checkpoint_ms,
         mid.replay_ms,

@@ -4,8 +4,10 @@
 //! key of [`key_of`], `--value-bytes` value) per transaction, `Durability::NoSync`, records
 //! `0..--records` inserted and then updated in turn. Nothing is checkpointed
 //! (`checkpoint_bytes: u64::MAX`, `checkpoint_on_close: false`), so closing leaves the whole log
-//! to replay. Then reopens the database `--rounds` times and reports the replay as tern counts
-//! it (`stats().recovery`: records, bytes, milliseconds) and the wall time of `Db::open`. After
+//! to replay. Then reopens the database `--rounds` times and reports the replay: the records and
+//! bytes tern replayed (`stats().recovery`) over the wall time of `Db::open`, timed here; and
+//! recovery's own time (`replay_millis`), which counts whole milliseconds, so its rates only
+//! from [`MIN_TIMED_MILLIS`]. After
 //! each reopen a sample of records is read back and checked against the last write of each.
 //! The opens apply every write before they return (`WalConfig::deferred_replay` off), so the
 //! rate is that of the whole replay; `tern bench open` measures opens that defer the log's last
@@ -16,7 +18,7 @@
 //! `DONTNEED`), so the replay reads them from the disk.
 
 use super::harness;
-use super::report::{emit, si, Record};
+use super::report::{emit, rate, si, Record};
 use super::runner::round3;
 use super::workload::{check_value, key_of, tag_value};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -29,8 +31,10 @@ const LONG_ABOUT: &str = "\
 Measures crash recovery: writes a write-ahead log of about --log-bytes into a fresh tern
 database (one 16-byte-key, --value-bytes record per transaction, durability NoSync; records
 0..--records inserted, then updated in turn; no checkpoint), closes it without a checkpoint,
-then reopens it --rounds times and reports each replay: records and bytes replayed, seconds,
-MB/s (10^6 bytes) and records/s as tern's recovery counts them, and the wall time of the open.
+then reopens it --rounds times and reports each replay: records and bytes replayed, and the
+wall time of the open, which reads and applies the whole log (seconds, MB/s of 10^6 bytes,
+records/s); and recovery's own time for it, which counts whole milliseconds (its rates are given
+only from 10 ms).
 Every write is applied before the open returns (WalConfig::deferred_replay off): the figures
 are those of the whole replay (tern bench open --replay deferred,eager times opens that defer
 the log's last batch).
@@ -191,12 +195,23 @@ struct Written {
 struct Replay {
     records: u64,
     bytes: u64,
-    /// Recovery's own time.
+    /// Wall time of `Db::open` (this process's clock): the replay's time as measured.
     secs: f64,
-    /// Wall time of `Db::open`.
-    open_secs: f64,
+    /// Recovery's own time for reading and applying the log (`RecoveryStats::replay_millis`):
+    /// whole milliseconds.
+    replay_ms: u64,
     log_files: usize,
     torn_tail: bool,
+}
+
+/// Recovery's own clock counts whole milliseconds: rates from it are given only once it counted
+/// at least this many (an error under 10%), else they are null.
+pub(super) const MIN_TIMED_MILLIS: u64 = 10;
+
+/// `amount` per second over `millis` of recovery's own clock, or `None` if that is too short to
+/// time ([`MIN_TIMED_MILLIS`]).
+pub(super) fn millis_rate(amount: f64, millis: u64) -> Option<f64> {
+    (millis >= MIN_TIMED_MILLIS).then(|| amount / (millis as f64 / 1e3))
 }
 
 /// Runs `tern bench recovery`.
@@ -328,15 +343,15 @@ fn reopen(args: &RecoveryArgs, path: &Path, commits: u64, batch: Batch) -> Resul
     options.wal.deferred_replay = false;
     let start = Instant::now();
     let db = Db::open(path, options).map_err(|e| format!("reopening {}: {e}", path.display()))?;
-    let open_secs = start.elapsed().as_secs_f64();
+    let secs = start.elapsed().as_secs_f64();
     let stats = db.stats().recovery.ok_or("a database on disk reports its recovery")?;
     check_records(&db, args, commits)?;
     db.close().map_err(|e| format!("closing {}: {e}", path.display()))?;
     Ok(Replay {
         records: stats.records_replayed,
         bytes: stats.bytes_replayed,
-        secs: stats.replay_millis as f64 / 1e3,
-        open_secs,
+        secs,
+        replay_ms: stats.replay_millis,
         log_files: stats.log_files,
         torn_tail: stats.torn_tail.is_some(),
     })
@@ -373,14 +388,6 @@ pub(super) fn check_record(txn: &tern::Txn<'_>, r: u64, pass: u64, value_bytes: 
     Ok(())
 }
 
-fn median_by<T>(items: &[T], key: impl Fn(&T) -> f64) -> (f64, f64, f64) {
-    let mut xs: Vec<f64> = items.iter().map(key).collect();
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    let mid = if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 };
-    (mid, xs[0], xs[n - 1])
-}
-
 /// The write record, the replay record, and the notes.
 fn report(args: &RecoveryArgs, w: &Written, all: &[(usize, Replay)], parent: &Path) -> (Vec<Record>, Vec<String>) {
     let cache = if args.cold { "cold" } else { "warm" };
@@ -410,9 +417,11 @@ fn report(args: &RecoveryArgs, w: &Written, all: &[(usize, Replay)], parent: &Pa
             si(write.ops_per_sec),
             mb(w.log_bytes, w.secs)
         ),
-        "replay (MB = 10^6 bytes; recovery's own clock for reading and applying the log, and the wall time of \
-         Db::open; two threads: the opening one reads, tern-replay applies sorted batches):"
-            .into(),
+        format!(
+            "replay: the wall time of Db::open, which reads and applies the whole log (MB = 10^6 bytes; two threads: \
+             the opening one reads, tern-replay applies sorted batches); in brackets recovery's own clock \
+             (RecoveryStats::replay_millis, whole milliseconds; its rates only from {MIN_TIMED_MILLIS} ms):"
+        ),
     ];
     let mut records = vec![write];
     for (v, batch) in args.replay_batch.iter().enumerate() {
@@ -440,55 +449,61 @@ fn replay_record(
     params: &dyn Fn(&str) -> Map<String, Value>,
 ) -> (Record, Vec<String>) {
     let mb = |bytes: u64, secs: f64| bytes as f64 / 1e6 / secs.max(1e-9);
-    // The median replay by recovery's own time.
-    let mut order: Vec<&Replay> = replays.iter().collect();
-    order.sort_by(|a, b| a.secs.total_cmp(&b.secs));
-    let mid = order[order.len() / 2];
-    let (rate, min_rate, max_rate) = median_by(replays, |r| r.records as f64 / r.secs.max(1e-9));
-    let (mb_rate, ..) = median_by(replays, |r| mb(r.bytes, r.secs));
-    let (open_secs, ..) = median_by(replays, |r| r.open_secs);
-    let mut extra = Map::new();
+    let rounds: Vec<(u64, f64)> = replays.iter().map(|r| (r.records, r.secs)).collect();
+    // The opening thread reads the log while tern's replay thread applies it.
+    let (mut replay, mid) = Record::median_round("recovery", variant.clone(), 2, params("replay"), &rounds, Map::new())
+        .expect("at least one replay");
+    let mid = &replays[mid];
+    let extra = &mut replay.extra;
     extra.insert("log_bytes".into(), json!(w.log_bytes));
     extra.insert("bytes_replayed".into(), json!(mid.bytes));
-    extra.insert("mb_per_sec".into(), round3(mb_rate));
-    extra.insert("open_secs".into(), round3(open_secs));
-    extra.insert("open_mb_per_sec".into(), round3(mb(mid.bytes, open_secs)));
-    extra.insert("open_records_per_sec".into(), round3(mid.records as f64 / open_secs.max(1e-9)));
+    extra.insert("mb_per_sec".into(), round3(mb(mid.bytes, mid.secs)));
+    extra.insert("replay_ms".into(), json!(mid.replay_ms));
+    let recovery_clock = |amount: f64| millis_rate(amount, mid.replay_ms).map_or(Value::Null, round3);
+    extra.insert("replay_mb_per_sec".into(), recovery_clock(mid.bytes as f64 / 1e6));
+    extra.insert("replay_records_per_sec".into(), recovery_clock(mid.records as f64));
     extra.insert("log_files".into(), json!(mid.log_files));
     extra.insert("torn_tail".into(), json!(mid.torn_tail));
     extra.insert("fairness".into(), json!(1.0));
-    let replay = Record {
-        ops_per_sec: rate,
-        min_ops_per_sec: min_rate,
-        max_ops_per_sec: max_rate,
-        rounds: replays.len(),
-        // The opening thread reads the log while tern's replay thread applies it.
-        ..Record::single("recovery", variant.clone(), 2, params("replay"), mid.records, mid.secs, extra)
-    };
     let mut notes = Vec::new();
     for (i, r) in replays.iter().enumerate() {
+        let own = match millis_rate(r.bytes as f64 / 1e6, r.replay_ms) {
+            Some(rate) => format!("{} ms, {rate:.1} MB/s", r.replay_ms),
+            None => format!("{} ms: too short for its clock", r.replay_ms),
+        };
         notes.push(format!(
-            "  {variant} round {}: {} records, {:.1} MiB in {} file(s): {:.3} s, {:.1} MB/s, {} records/s; Db::open {:.3} s \
-             ({:.1} MB/s){}",
+            "  {variant} round {}: {} records, {:.1} MiB in {} file(s): Db::open {:.4} s, {:.1} MB/s, {} records/s \
+             (recovery's clock {own}){}",
             i + 1,
             r.records,
             r.bytes as f64 / (1 << 20) as f64,
             r.log_files,
             r.secs,
             mb(r.bytes, r.secs),
-            si(r.records as f64 / r.secs.max(1e-9)),
-            r.open_secs,
-            mb(r.bytes, r.open_secs),
+            si(rate(r.records, r.secs)),
             if r.torn_tail { "; a torn tail was cut" } else { "" }
         ));
     }
-    notes.push(format!("  {variant} median: {mb_rate:.1} MB/s, {} records/s", si(rate)));
+    notes.push(format!(
+        "  {variant} median round: {:.1} MB/s, {} records/s",
+        mb(mid.bytes, mid.secs),
+        si(replay.ops_per_sec)
+    ));
     (replay, notes)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{millis_rate, parse_bytes};
+
+    #[test]
+    fn recovery_clock_rates_only_from_ten_milliseconds() {
+        // 0 ms (a 4 KiB log) gave about 10^12 records/s; too short for whole milliseconds.
+        assert_eq!(millis_rate(1000.0, 0), None);
+        assert_eq!(millis_rate(1000.0, 9), None);
+        assert_eq!(millis_rate(1000.0, 10), Some(100_000.0));
+        assert_eq!(millis_rate(3.0, 1500), Some(2.0));
+    }
 
     #[test]
     fn sizes_parse_with_units() {
