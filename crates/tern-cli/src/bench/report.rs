@@ -13,6 +13,9 @@ pub struct Record {
     pub bench: &'static str,
     pub variant: String,
     pub threads: usize,
+    /// The CPU model ([`cpu_model`]): set by [`emit`], for every record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<&'static str>,
     /// Point parameters (mode, sizes, ...), flattened into the JSON object.
     #[serde(flatten)]
     pub params: Map<String, Value>,
@@ -62,6 +65,7 @@ impl Record {
             bench,
             variant,
             threads,
+            cpu: None,
             params,
             ops,
             secs,
@@ -123,20 +127,43 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     median_index(xs).map(|i| xs[i])
 }
 
+/// The model of the CPU the benchmarks run on, as `/proc/cpuinfo` names it (`"unknown CPU"`
+/// where it does not): read once, by tern's calibration of waiting costs.
+pub fn cpu_model() -> &'static str {
+    &tern::sync::calibration().cpu_model
+}
+
 /// Prints records as JSON Lines on stdout, the table on stderr; or only the table on stdout.
+/// Every figure names the CPU it was measured on ([`cpu_model`]): the table's title line, and
+/// each JSON record's `cpu`.
 pub fn emit(records: &[Record], json: bool, title: &str, notes: &[String]) {
-    let table = render_table(records, title, notes);
+    let cpu = cpu_model();
+    let table = render_table(records, &title_with_cpu(title, cpu), notes);
     if json {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
         for r in records {
             // Writing to a closed pipe ends the output; nothing else to do.
-            let _ = writeln!(out, "{}", serde_json::to_string(r).expect("records serialize"));
+            let _ = writeln!(out, "{}", json_line(r, cpu));
         }
         eprint!("{table}");
     } else {
         print!("{table}");
     }
+}
+
+/// `title` with the CPU named at the end of its first line.
+fn title_with_cpu(title: &str, cpu: &str) -> String {
+    match title.split_once('\n') {
+        Some((first, rest)) => format!("{first}; cpu: {cpu}\n{rest}"),
+        None => format!("{title}; cpu: {cpu}"),
+    }
+}
+
+/// One JSON line: the record with its `cpu`.
+fn json_line(record: &Record, cpu: &'static str) -> String {
+    let record = Record { cpu: Some(cpu), ..record.clone() };
+    serde_json::to_string(&record).expect("records serialize")
 }
 
 /// A rate with an SI suffix: 12.3M, 870k.
@@ -240,6 +267,18 @@ mod tests {
         assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.0));
         assert_eq!(median_index(&[4.0, 1.0]), Some(1));
+    }
+
+    #[test]
+    fn every_figure_names_its_cpu() {
+        let r = Record::single("t", "v".into(), 1, Map::new(), 10, 2.0, Map::new());
+        let line: Value = serde_json::from_str(&json_line(&r, "Test CPU 9000")).unwrap();
+        assert_eq!((line["cpu"].as_str(), line["ops_per_sec"].as_f64()), (Some("Test CPU 9000"), Some(5.0)));
+        assert_eq!(title_with_cpu("t: 1 s", "X"), "t: 1 s; cpu: X");
+        assert_eq!(title_with_cpu("t: 1 s\ncalibration", "X"), "t: 1 s; cpu: X\ncalibration");
+        let table = render_table(&[r], &title_with_cpu("t", "X"), &[]);
+        assert!(table.starts_with("\nt; cpu: X\n"), "{table}");
+        assert!(!cpu_model().is_empty());
     }
 
     #[test]
