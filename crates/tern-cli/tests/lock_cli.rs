@@ -47,6 +47,9 @@ fn lock_bench_rejects_bad_input_clearly() {
         (&["bench", "lock", "--variants", "bdb"][..], "unknown variant"),
         (&["bench", "lock", "--mode", "sideways"][..], "sideways"),
         (&["bench", "lock", "--threads", "0"][..], "--threads"),
+        // tern's limit, 65536 partitions, is checked before anything runs (was a panic).
+        (&["bench", "lock", "--partitions", "65537"][..], "--partitions: invalid argument: 65537 lock partitions"),
+        (&["bench", "lock", "--partitions", "100000000"][..], "at most 65536"),
     ] {
         let out = tern().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} should fail");

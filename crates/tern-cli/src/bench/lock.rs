@@ -82,7 +82,14 @@ impl LockArgs {
                 return Err(format!("unknown variant {bad:?} (tern, global-mutex, tern-pause)"));
             }
         }
+        // tern's own rule for the configuration decides, and its error is the message.
+        LockManager::new(self.config(LockerLookup::Handle)).map_err(|e| format!("--partitions: {e}"))?;
         Ok(())
+    }
+
+    /// The lock manager's configuration for a variant.
+    fn config(&self, locker_lookup: LockerLookup) -> LockConfig {
+        LockConfig { partitions: self.partitions, locker_lookup, ..LockConfig::default() }
     }
 
     fn wanted(&self, variant: &str) -> bool {
@@ -128,8 +135,7 @@ fn thread(lm: &LockManager, mode: Mode, kind: ObjectKind, sample_every: u64, i: 
 
 /// One measurement on a fresh lock manager, with its counters per operation.
 fn measure(args: &LockArgs, lookup: LockerLookup, mode: Mode, kind: ObjectKind, threads: usize) -> Option<Sample> {
-    let config = LockConfig { partitions: args.partitions, locker_lookup: lookup, ..LockConfig::default() };
-    let lm = LockManager::new(config).expect("validated configuration");
+    let lm = LockManager::new(args.config(lookup)).expect("validated: LockArgs::validate made one");
     let class = LatchClass::register("lock.partition").expect("registered by the manager");
     let before = class_stats(class);
     let mut sample =
@@ -148,10 +154,9 @@ fn measure(args: &LockArgs, lookup: LockerLookup, mode: Mode, kind: ObjectKind, 
 
 /// Runs `tern bench lock`.
 pub fn run(args: &LockArgs) -> Result<(), String> {
+    // Validating makes a manager, which registers its latch classes: before any measurement,
+    // so that tern-pause's switch finds them even when it runs first.
     args.validate()?;
-    // A manager registers its latch classes: before any measurement, so that tern-pause's
-    // switch finds them even when it runs first.
-    drop(LockManager::new(LockConfig::default()).map_err(|e| e.to_string())?);
     let mut cases = Vec::new();
     for &mode in &args.mode {
         for &kind in &args.object {
