@@ -87,6 +87,25 @@ fn each_benchmark_documents_itself() {
 }
 
 #[test]
+fn help_shows_each_benchmark_its_own_thread_default_once() {
+    for (bench, default) in [
+        ("latch", "1,2,4,8,16"),
+        ("lock", "1,2,4,8,16"),
+        ("tree", "1,2,4,8,16"),
+        ("txn", "1,2,4,8,16,32"),
+        ("search", "1"),
+    ] {
+        let out = tern().args(["bench", bench, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        // The option's entry: from its line to the next option's.
+        let entry = help.split("\n      --").find(|e| e.starts_with("threads ")).expect("--threads is documented");
+        assert_eq!(entry.matches("default").count(), 1, "{bench}: one default:\n{entry}");
+        assert!(entry.contains(&format!("[default: {default}]")), "{bench}:\n{entry}");
+    }
+}
+
+#[test]
 fn bad_arguments_fail_with_a_clear_message() {
     for (args, needle) in [
         (&["bench", "latch", "--threads", "0"][..], "--threads"),

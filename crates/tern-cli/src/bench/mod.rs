@@ -37,9 +37,11 @@ pub struct Common {
     /// Seconds per measured point (one variant, one round).
     #[arg(long, default_value_t = 0.5, value_name = "SECS")]
     pub duration: f64,
-    /// Thread counts to measure, comma separated [default: 1,2,4,8,16; txn: 1,2,4,8,16,32].
-    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
-    pub threads: Option<Vec<usize>>,
+    // A benchmark with another default sets it with `mut_arg("threads", ...)`, so that the
+    // help shows the one that applies.
+    /// Thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_name = "N,N,...")]
+    pub threads: Vec<usize>,
     /// Rounds per point: variants run interleaved once per round; medians are reported.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub rounds: usize,
@@ -54,10 +56,9 @@ impl Common {
         if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
             return Err(format!("--duration must be in (0, 3600] seconds, got {}", self.duration));
         }
-        if let Some(t) = &self.threads {
-            if t.is_empty() || t.iter().any(|&t| t == 0 || t > 1024) {
-                return Err(format!("--threads must list counts in 1..=1024, got {t:?}"));
-            }
+        let t = &self.threads;
+        if t.is_empty() || t.iter().any(|&t| t == 0 || t > 1024) {
+            return Err(format!("--threads must list counts in 1..=1024, got {t:?}"));
         }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(format!("--rounds must be in 1..=1000, got {}", self.rounds));
@@ -67,12 +68,7 @@ impl Common {
 
     /// The thread counts asked for, or the benchmark's default.
     pub fn threads(&self) -> Vec<usize> {
-        self.threads_or(&[1, 2, 4, 8, 16])
-    }
-
-    /// The thread counts asked for, or `default`.
-    pub fn threads_or(&self, default: &[usize]) -> Vec<usize> {
-        self.threads.clone().unwrap_or_else(|| default.to_vec())
+        self.threads.clone()
     }
 
     pub fn duration(&self) -> Duration {

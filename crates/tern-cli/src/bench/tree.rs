@@ -27,7 +27,8 @@ generic key-value store holds them); std-btreemap-fixed is BTreeMap<[u8; 16], [u
 and values inline: BTreeMap's best case; only for 16-byte keys and 100-byte values).
 
 Inserts (--op insert): each run inserts --insert-keys new keys in random order into an empty
-tree, the threads splitting the work; std-btreemap only single-threaded.
+tree, the threads splitting the work, at tern's default prefetch depth (--prefetch applies to
+lookups only); std-btreemap only single-threaded.
 
 The slot-array layouts (sorted, branchfree) run with and without the node hint array (--hints):
 a variant named LAYOUT+hints keeps 16 samples of each node's slot heads and binary-searches only
@@ -93,7 +94,8 @@ pub struct TreeArgs {
     /// Node memory advised for transparent huge pages.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
     pub huge_pages: Vec<Switch>,
-    /// Software-prefetch depths.
+    /// Software-prefetch depths of lookups (inserts run at tern's default depth,
+    /// `TreeConfig::DEFAULT.prefetch`, named in their variant and `prefetch` field).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2", value_name = "D,...")]
     pub prefetch: Vec<u8>,
     /// Page sizes in bytes.

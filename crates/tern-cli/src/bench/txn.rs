@@ -37,7 +37,11 @@ pub enum Kind {
 
 /// Options of `tern bench txn`.
 #[derive(Args, Clone, Debug)]
-#[command(about = "Transaction begin+commit throughput: per-thread contexts vs one global latch", long_about = LONG_ABOUT)]
+#[command(
+    about = "Transaction begin+commit throughput: per-thread contexts vs one global latch",
+    long_about = LONG_ABOUT,
+    mut_arg("threads", |a| a.default_value("1,2,4,8,16,32")),
+)]
 pub struct TxnArgs {
     #[command(flatten)]
     pub common: Common,
@@ -158,7 +162,7 @@ fn measure(db: &Db, args: &TxnArgs, kind: Kind, threads: usize) -> Option<Sample
 /// Runs `tern bench txn`.
 pub fn run(args: &TxnArgs) -> Result<(), String> {
     args.validate()?;
-    let threads = args.common.threads_or(&[1, 2, 4, 8, 16, 32]);
+    let threads = args.common.threads();
     let mut dbs = Vec::new();
     for (name, tracking) in [(TERN, TxnTracking::PerThread), (BASELINE, TxnTracking::GlobalLatch)] {
         // tern's database also serves tern-pause.
