@@ -250,12 +250,14 @@ pub(crate) struct Durable {
     dir: PathBuf,
     /// One checkpoint at a time; the newest checkpoint's sequence number.
     checkpointing: StdMutex<Option<u64>>,
-    /// Whether the newest checkpoint is a logical one (written by tern before page checkpoints,
-    /// or a backup's copy), which every open loads entry by entry: the next checkpoint is
-    /// written even if nothing was logged since, as a page checkpoint. Changed under
-    /// `checkpointing`.
-    newest_logical: AtomicBool,
-    /// What the chain ids in the durable page checkpoint's leaves stand for, by page.
+    /// Whether the next checkpoint is written even if nothing was logged since the newest: that
+    /// one is a logical checkpoint (written by tern before page checkpoints, or a backup's
+    /// copy), which every open loads entry by entry; or the open folded some of its chain
+    /// values back into leaves, which only a checkpoint writes. Changed under `checkpointing`.
+    checkpoint_due: AtomicBool,
+    /// What the chain ids in the durable page checkpoint's leaves stand for, by page: for the
+    /// pages the next checkpoint may keep as they are (a leaf whose chains the open folded is
+    /// changed, so the next checkpoint writes it, and its ids are not here).
     checkpoint_chains: StdMutex<checkpoint::pages::Chains>,
     checkpoint_stats: StdMutex<CheckpointStats>,
     recovery: RecoveryStats,
@@ -329,7 +331,7 @@ impl Db {
         };
         let (batch, defer) = (options.wal.replay_batch_bytes, options.wal.deferred_replay);
         let recovered = recovery::recover(&*fs, dir, options.tree, &open_pool, true, batch, defer)?;
-        if !stored.is_some_and(|s| s.is_complete()) {
+        if stored.is_none() {
             settings::write(&*fs, dir, &Settings::of(&options.tree))?;
         }
         crate::txn::context::clock_advance_to(recovered.max_ts);
@@ -341,7 +343,7 @@ impl Db {
             end,
             next_log_seq,
             checkpoint_seq,
-            checkpoint_logical,
+            checkpoint_due,
             checkpoint_lsn,
             deferred,
             stats,
@@ -364,7 +366,7 @@ impl Db {
             fs,
             dir: dir.to_path_buf(),
             checkpointing: StdMutex::new(checkpoint_seq),
-            newest_logical: AtomicBool::new(checkpoint_logical),
+            checkpoint_due: AtomicBool::new(checkpoint_due),
             checkpoint_chains: StdMutex::new(checkpoint::pages::chains_by_page(&chains)),
             checkpoint_stats: StdMutex::new(CheckpointStats::default()),
             recovery: stats,
@@ -459,12 +461,15 @@ impl Db {
 
     /// Writes a checkpoint now (see [`crate::checkpoint`]): the database as of this moment,
     /// without stopping readers or writers; the log before it is deleted. `Ok(None)` for a
-    /// database in memory, or when nothing was logged since the last checkpoint.
+    /// database in memory, or when nothing was logged since the last checkpoint (unless the
+    /// open left one due: the newest was a logical checkpoint, as a backup's copy holds, or
+    /// the open folded some of its version values back into their leaves).
     pub fn checkpoint(&self) -> Result<Option<CheckpointInfo>> {
         self.inner.checkpoint()
     }
 
-    /// Closes this handle cleanly: if it is the last one, checkpoints, syncs the log, and
+    /// Closes this handle cleanly: if it is the last one, folds every version no transaction
+    /// needs any more (a [`Db::gc`] pass), checkpoints, syncs the log, and
     /// releases the directory by the time it returns, reporting any error (dropping the last
     /// handle does the same but cannot report, and may leave the release to a background
     /// thread that is finishing a checkpoint). Other handles stay usable.
@@ -617,12 +622,7 @@ impl Db {
     /// Runs a garbage-collection pass over every queued key now (passes also run on their own as
     /// writes commit); returns what it did.
     pub fn gc(&self) -> GcPass {
-        let active = self.inner.active_snapshots();
-        let mut done = Collected::default();
-        for (shard, items) in self.inner.gc.take_all() {
-            done.add(self.inner.collect_with(shard, items, active.clone(), true));
-        }
-        self.inner.count_pass(done);
+        let done = self.inner.collect_all();
         GcPass { pruned: done.pruned, folded: done.folded, remaining: done.remaining }
     }
 
@@ -748,7 +748,8 @@ fn note(dir: &Path, line: &str) {
 }
 
 /// The checkpointer thread: waits to be asked (or stopped) or for `interval` to pass since its
-/// last checkpoint, checkpoints (which writes nothing if nothing was logged since the last).
+/// last checkpoint, checkpoints (which writes nothing if nothing was logged since the last and
+/// the open left none due).
 fn checkpointer(signal: Arc<(StdMutex<(bool, bool)>, Condvar)>, db: Weak<DbInner>, interval: Option<Duration>) {
     let (lock, cond) = &*signal;
     loop {
@@ -851,8 +852,8 @@ impl DbInner {
         let mut newest = d.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
         let result = (|| {
             d.wal.check_writable()?;
-            let logical = d.newest_logical.load(Relaxed);
-            if !force && newest.is_some() && !logical && d.wal.end() == d.wal.checkpoint_lsn() {
+            let due = d.checkpoint_due.load(Relaxed);
+            if !force && newest.is_some() && !due && d.wal.end() == d.wal.checkpoint_lsn() {
                 return Ok(None);
             }
             // The checkpoint replaces the log that holds the deferred writes.
@@ -885,7 +886,7 @@ impl DbInner {
             let written = checkpoint::pages::write(&request, &mut chains, move || drop(catalog))?;
             drop(chains);
             drop(txn);
-            d.newest_logical.store(false, Relaxed);
+            d.checkpoint_due.store(false, Relaxed);
             if let Some(old) = newest.replace(seq) {
                 let name = checkpoint::file_name(old);
                 d.fs.remove(&d.dir.join(&name))
@@ -965,6 +966,9 @@ impl DbInner {
         }
         d.wal.check_writable()?;
         if self.options.wal.checkpoint_on_close {
+            // No transaction is left: every chain the collector has not reached folds now, so
+            // the checkpoint holds none (the next open then reads no leaf to fold them).
+            self.collect_all();
             self.checkpoint()?;
         }
         d.wal.shutdown()
@@ -1038,6 +1042,17 @@ impl DbInner {
         if let Some(due) = self.gc.push(shard, items) {
             self.collect(shard, due);
         }
+    }
+
+    /// One collection pass over every queued key of every shard ([`Db::gc`]).
+    fn collect_all(&self) -> Collected {
+        let active = self.active_snapshots();
+        let mut done = Collected::default();
+        for (shard, items) in self.gc.take_all() {
+            done.add(self.collect_with(shard, items, active.clone(), true));
+        }
+        self.count_pass(done);
+        done
     }
 
     /// Runs the collection pass `items` of `shard` (made due by a push to `gc`).

@@ -19,14 +19,14 @@
 //! # Invariants
 //! 1. `SETTINGS` is written once, before the first log file, under a temporary name, synced and
 //!    renamed into place (then the directory synced): it is either absent or complete. A
-//!    leftover `SETTINGS.tmp` is removed at open. (It is written again, the same way, only to
-//!    complete a format-1 file: invariant 3.)
+//!    leftover `SETTINGS.tmp` is removed at open.
 //! 2. A database without `SETTINGS` was created by tern before the file existed (or never got
 //!    past its creation): it opens with the options given, and once it has been recovered with
 //!    them, they are recorded.
 //! 3. A format-1 file records the page size only (tern before 2026-11-28): such a database
-//!    opens with the layout and hints of the options given (as every open did then), and once
-//!    it has been recovered with them, the file is rewritten in format 2 with them.
+//!    opens with the layout and hints of the options given, as every open did then, and the
+//!    file is left as it is. (Completing it from the options of some later open would record
+//!    a guess for good: `tern` commands open with the default options.)
 //!
 //! # Format
 //! One 32-byte header as log and checkpoint files have (`TERNSET1`, format version, one
@@ -69,11 +69,6 @@ impl Settings {
     pub fn apply(&self, tree: TreeConfig) -> TreeConfig {
         let (layout, hints) = self.shape.unwrap_or((tree.layout, tree.hints));
         TreeConfig { page_size: self.page_size, layout, hints, ..tree }
-    }
-
-    /// Whether the file records everything this tern records (not a format-1 file).
-    pub fn is_complete(&self) -> bool {
-        self.shape.is_some()
     }
 }
 
@@ -197,7 +192,6 @@ mod tests {
         std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT_PAGE_SIZE_ONLY, 8192)).unwrap();
         let settings = read(&fs, dir.path()).unwrap().unwrap();
         assert_eq!(settings, Settings { page_size: 8192, shape: None });
-        assert!(!settings.is_complete());
         let given = TreeConfig { layout: Layout::Eytzinger, hints: false, ..TreeConfig::default() };
         let applied = settings.apply(given);
         assert_eq!((applied.page_size, applied.layout, applied.hints), (8192, Layout::Eytzinger, false));

@@ -979,7 +979,8 @@ pub(crate) fn build<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entries: &[E
 
 /// The page [`build`] builds aside in: one per thread, kept between builds (a split built two
 /// nodes in pages allocated and zeroed for it, a malloc of a page each, at the allocator's
-/// cost for large blocks among many small ones).
+/// cost for large blocks among many small ones). Each thread that ever rebuilt a node keeps
+/// one page (at most 64 KiB) until it ends.
 mod scratch {
     use crate::buffer::page::Page;
     use std::cell::RefCell;

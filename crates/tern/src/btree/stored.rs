@@ -321,30 +321,32 @@ impl BTree {
     /// as the collector folds a chain down to one version: `chains` maps a chain id to the
     /// value every snapshot sees (`None`: the key is deleted). For the open, before the log is
     /// replayed (nothing has moved a chain since the checkpoint wrote the leaf) and before any
-    /// reader. Returns the ids folded: none if `pid` is not a leaf of this tree (the descent
-    /// for its first such key does not reach it); a chain whose value no longer fits is left
-    /// to be restored as a version.
-    pub(crate) fn fold_restored(&self, pid: u32, chains: &HashMap<u64, Option<&[u8]>>) -> Result<Vec<u64>> {
+    /// reader. `None` if `pid` is not a leaf of this tree (the path to its first such key, in
+    /// inner nodes only, does not lead to it); else the ids folded. A chain whose value no
+    /// longer fits, and every chain after an I/O error, is left to be restored as a version.
+    /// The leaf is marked changed, so the next checkpoint writes it.
+    pub(crate) fn fold_restored(&self, pid: u32, chains: &HashMap<u64, Option<&[u8]>>) -> Option<Vec<u64>> {
         let held = |n: NodeRef<'_>, i: usize| chains.contains_key(&n.chain_id(i));
         let keys: Vec<(usize, Vec<u8>)> = {
-            let Some(page) = self.pool.shared(pid)? else { return Ok(Vec::new()) };
+            let page = self.pool.shared(pid).ok()??;
             let n = NodeRef::new(page.page());
             chain_slots(n).filter(|&i| held(n, i)).map(|i| (i, n.key(i))).collect()
         };
-        let Some((_, first)) = keys.first() else { return Ok(Vec::new()) };
-        if self.leaf_of(first)? != pid {
-            return Ok(Vec::new());
+        let (_, first) = keys.first()?;
+        if self.leaf_of(first).ok()? != pid {
+            return None;
         }
         let _gate = self.pool.enter_write();
         let guard = crossbeam_epoch::pin();
-        let Some(page) = self.pool.exclusive(pid)? else { return Ok(Vec::new()) };
-        let n = NodeRef::new(page.page());
         let mut folded = Vec::new();
+        let Ok(Some(page)) = self.pool.exclusive(pid) else { return Some(folded) };
+        let n = NodeRef::new(page.page());
         // From the last slot down: neither a removed slot nor a rebuilt leaf moves the slots
         // still to do.
-        for (slot, key) in keys.into_iter().rev() {
+        for (slot, key) in keys.iter().rev() {
+            let slot = *slot;
             let still = slot < n.count() && n.value_ref(slot).flags & FLAG_CHAIN != 0 && held(n, slot);
-            if !still || n.key(slot) != key {
+            if !still || n.key(slot) != *key {
                 continue;
             }
             let id = n.chain_id(slot);
@@ -353,22 +355,38 @@ impl BTree {
                 None => Change::Remove,
             };
             let mut f = Some(|_: Current<'_>| (change, ()));
-            match self.change_slot(n, slot, true, &key, 0, &mut f, &guard) {
+            match self.change_slot(n, slot, true, key, 0, &mut f, &guard) {
                 Ok((Applied::Yes, ())) => folded.push(id),
                 Ok(_) | Err(Abort::Restart) => {}
-                Err(Abort::Fail(e)) => return Err(e),
+                Err(Abort::Fail(_)) => break,
             }
         }
-        Ok(folded)
+        // A leaf that deletions folded in left underfull is not merged here: the pages stay
+        // those of the checkpoint's map (`tern check` recovers read-only and checks every page
+        // the map lists); the next write to it merges it, as any underfull leaf.
+        Some(folded)
     }
 
-    /// The page id of the leaf whose range holds `key`.
+    /// The page id of the leaf whose range holds `key`, found in the inner nodes (the leaf
+    /// itself is not read).
     fn leaf_of(&self, key: &[u8]) -> Result<u32> {
         let guard = crossbeam_epoch::pin();
         loop {
-            match self.descend(key, 0, false, &guard) {
-                Ok(path) if path.at.version.validate().is_ok() => return Ok(path.at.pid),
-                Ok(_) | Err(Abort::Restart) => self.count_restart(),
+            let found = self.root(&guard).and_then(|root| {
+                let n = NodeRef::new(root.page());
+                if n.is_leaf() {
+                    root.version.validate()?;
+                    return Ok(root.pid);
+                }
+                let path = self.descend(key, 1, false, &guard)?;
+                let n = NodeRef::new(path.at.page());
+                let child = n.child(n.search(key, true, self.layout, 0));
+                path.at.version.validate()?;
+                Ok(child)
+            });
+            match found {
+                Ok(pid) => return Ok(pid),
+                Err(Abort::Restart) => self.count_restart(),
                 Err(Abort::Fail(e)) => return Err(e),
             }
         }

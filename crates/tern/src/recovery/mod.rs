@@ -2,8 +2,10 @@
 //!
 //! A page checkpoint (`checkpoint/map.rs`) is loaded by reading its page map: the pool opens
 //! over the page file with every page on disk, the trees start from their roots, and pages
-//! come in on demand, so opening costs the map and the log after it, not the data. A logical
-//! checkpoint (older databases) is bulk-loaded into a new page file.
+//! come in on demand, so opening costs the map and the log after it, not the data (plus one
+//! read of each leaf holding chain values, which are folded back into it: versions still in
+//! use when the checkpoint ran). A logical checkpoint (older databases) is bulk-loaded into a
+//! new page file.
 //!
 //! # Invariants
 //! 1. One process (one open handle) at a time: the directory's `LOCK` file is locked
@@ -136,8 +138,10 @@ pub(crate) type OpenPool<'a> = dyn Fn(Option<&[Placed]>) -> Result<Arc<Pool>> + 
 pub(crate) struct Recovered {
     /// The pool its pages live in.
     pub pool: Arc<Pool>,
-    /// What the chain ids in the page checkpoint's leaf images stand for (restore them before
-    /// anything reads the trees; they are also the next checkpoint's, for pages it keeps).
+    /// What the chain ids in the page checkpoint's leaf images stand for, less those folded
+    /// back into their leaves at open (restore them before anything reads the trees; they are
+    /// also the next checkpoint's, for pages it keeps: a leaf the open folded is changed, so
+    /// the next checkpoint writes it and keeps none of its chain ids).
     pub chains: Vec<ChainValue>,
     /// `(id, name, tree)` of every table, by id.
     pub tables: Vec<(u32, String, BTree)>,
@@ -151,8 +155,10 @@ pub(crate) struct Recovered {
     pub next_log_seq: u64,
     /// The newest checkpoint's sequence number, if any.
     pub checkpoint_seq: Option<u64>,
-    /// Whether it is a logical checkpoint (loaded entry by entry), not a page checkpoint.
-    pub checkpoint_logical: bool,
+    /// Whether the next checkpoint must be written even if nothing is logged before it: the
+    /// newest checkpoint is a logical one (loaded entry by entry at every open), or the open
+    /// folded some of its chain values into leaves (changed in memory only).
+    pub checkpoint_due: bool,
     /// The LSN it replays from.
     pub checkpoint_lsn: u64,
     /// The log's last batch, not applied yet (`defer`).
@@ -188,6 +194,7 @@ pub(crate) fn recover(
     }
     let loading = Instant::now();
     let mut chains = Vec::new();
+    let mut folded = false;
     let page_map = match newest {
         Some(seq) => checkpoint::read_page_map(fs, dir, seq, config)?,
         None => None,
@@ -204,7 +211,7 @@ pub(crate) fn recover(
             stats.checkpoint = Some(checkpoint::file_name(seq));
             stats.checkpoint_snapshot = map.snapshot;
             stats.checkpoint_pages = map.pages.len() as u64;
-            chains = fold_restored_chains(&tables, map.chains);
+            (chains, folded) = fold_restored_chains(&tables, map.chains);
             (pool, tables, map.snapshot, map.lsn)
         }
         (Some(seq), None) => {
@@ -254,7 +261,7 @@ pub(crate) fn recover(
         log_files: log.files,
         end: log.end,
         checkpoint_seq: newest,
-        checkpoint_logical: logical,
+        checkpoint_due: logical || folded,
         checkpoint_lsn: lsn,
         deferred,
         stats,
@@ -262,27 +269,33 @@ pub(crate) fn recover(
 }
 
 /// Folds the chain values of a page checkpoint back into their leaves where they can be
-/// (`BTree::fold_restored`); returns the ones left to restore as versions. A checkpoint holds
-/// chains where versions were still in use (a reader older than recent commits, commits the
-/// collector had not reached): restored as versions, nothing would ever fold them, so every
-/// later checkpoint wrote them again and every open restored them. Best effort: a leaf that
-/// cannot be read keeps its chains (the read fails again, and is reported, when it is needed).
-fn fold_restored_chains(tables: &[(u32, String, BTree)], chains: Vec<ChainValue>) -> Vec<ChainValue> {
+/// (`BTree::fold_restored`); returns the ones left to restore as versions, and whether any
+/// leaf changed (the next checkpoint must then be written even if nothing is logged before
+/// it). A checkpoint holds chains where versions were still in use (a reader older than recent
+/// commits, commits the collector had not reached): restored as versions, nothing would ever
+/// fold them, so every later checkpoint wrote them again and every open restored them. Best
+/// effort: a leaf that cannot be read keeps its chains (the read fails again, and is
+/// reported, when it is needed). A map whose chain ids are not all valid and distinct is left
+/// whole to the restore, which reports it as corruption.
+fn fold_restored_chains(tables: &[(u32, String, BTree)], chains: Vec<ChainValue>) -> (Vec<ChainValue>, bool) {
     let mut by_page: std::collections::BTreeMap<u32, HashMap<u64, Option<&[u8]>>> = Default::default();
+    let mut ids = std::collections::HashSet::new();
     for (pid, id, value) in &chains {
+        let valid = *id != 0 && *id < u64::from(u32::MAX);
+        if !valid || !ids.insert(*id) {
+            return (chains, false);
+        }
         by_page.entry(*pid).or_default().insert(*id, value.as_deref());
     }
     let mut folded = std::collections::HashSet::new();
     for (pid, held) in &by_page {
-        for (_, _, tree) in tables {
-            let done = tree.fold_restored(*pid, held).unwrap_or_default();
-            if !done.is_empty() {
-                folded.extend(done);
-                break;
-            }
+        // The page's own tree (the first whose inner nodes lead to it) folds what it can.
+        if let Some(done) = tables.iter().find_map(|(_, _, tree)| tree.fold_restored(*pid, held)) {
+            folded.extend(done);
         }
     }
-    chains.into_iter().filter(|(_, id, _)| !folded.contains(id)).collect()
+    let changed = !folded.is_empty();
+    (chains.into_iter().filter(|(_, id, _)| !folded.contains(id)).collect(), changed)
 }
 
 /// The bytes of the log files in `dir` (what a replay reads at most).
