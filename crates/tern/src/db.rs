@@ -1139,7 +1139,9 @@ pub struct TxnStats {
 pub struct GcStats {
     /// Collection passes run (by committing writers and by `Db::gc`).
     pub passes: u64,
-    /// Versions created by writes (each write of a key adds one).
+    /// Versions created by writes: one for the value a write makes, plus one for the value the
+    /// key held before if that was a plain value in the leaf (it becomes the chain's base
+    /// version); a transaction rewriting its own uncommitted write adds none.
     pub versions_created: u64,
     /// Versions unlinked because no running snapshot could see them any more.
     pub versions_pruned: u64,
