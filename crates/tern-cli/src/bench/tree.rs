@@ -415,9 +415,17 @@ pub fn run(args: &TreeArgs) -> Result<(), String> {
         runner::split_prefetch_variant(r);
         runner::add_ns_per_op(r);
     }
+    // Lookups run for a time; inserts are fixed work (every key of a run, once).
+    let mut work = Vec::new();
+    if args.op.contains(&Op::Get) {
+        work.push(format!("lookups {} s per point", args.common.duration));
+    }
+    if args.op.contains(&Op::Insert) {
+        work.push(format!("inserts {} keys per point", args.insert_keys));
+    }
     let title = format!(
-        "tree: {} s per point, {} round(s); keys {} B, values {} B; {} CPUs",
-        args.common.duration,
+        "tree: {}, {} round(s); keys {} B, values {} B; {} CPUs",
+        work.join(", "),
         args.common.rounds,
         args.key_size,
         args.value_size,
