@@ -721,7 +721,9 @@ impl Fs for FaultFs {
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
         self.faults.step("create")?;
-        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+        // Readable too, as `StdFs::create`: a shared writable mapping (`Faults::map_logs`) needs
+        // both, and without it every map fails and the log is written instead.
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         Ok(Box::new(FaultFile { inner: StdFile(file), faults: self.faults.clone() }))
     }
 
