@@ -707,8 +707,9 @@ impl Wal {
             return self.rotate_mapped(&mut io, &mut tail, lsn, 0).inspect_err(|e| self.group.stop(e.to_string()));
         }
         drop(tail);
-        self.trim(&mut io)?;
-        self.open_next(&mut io, lsn)
+        // As a failed rotation of a full file does (`lead`), a failure stops the log: a failed
+        // sync is never retried, and appends must not go on into a file half cut or closed.
+        self.trim(&mut io).and_then(|()| self.open_next(&mut io, lsn)).inspect_err(|e| self.group.stop(e.to_string()))
     }
 
     /// Deletes the log files wholly before `lsn` (a durable checkpoint replays from there).
