@@ -1,11 +1,151 @@
 //! An outside audit of durability, crash recovery and fault handling: what README.md,
 //! docs/durability.md and the rustdoc promise, checked through the public API only.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use tern::btree::TreeConfig;
 use tern::fs::FaultFs;
 use tern::{Db, Durability, Error, Options, WalConfig};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// 4 KiB pages in a tiny cache (most pages live on disk), checkpoints only when asked.
+fn small() -> Options {
+    Options {
+        tree: TreeConfig { page_size: 4096, ..TreeConfig::default() },
+        cache_bytes: 64 << 10,
+        wal: WalConfig { checkpoint_bytes: u64::MAX, checkpoint_on_close: false, ..WalConfig::default() },
+        ..Options::default()
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn contents(db: &Db) -> Model {
+    let t = db.begin_read().unwrap();
+    let mut range = t.range(..).unwrap();
+    let all: Model = range.by_ref().collect();
+    if let Some(e) = range.take_error() {
+        panic!("scan failed: {e}");
+    }
+    all
+}
+
+fn copy_files(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() && e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Commits `(key, value)` pairs in one transaction; on success applies them to `model`.
+fn commit(db: &Db, writes: &[(Vec<u8>, Option<Vec<u8>>)], model: &mut Model) -> tern::Result<()> {
+    let mut t = db.begin()?;
+    for (k, v) in writes {
+        match v {
+            Some(v) => t.put(k, v)?,
+            None => {
+                t.delete(k)?;
+            }
+        }
+    }
+    t.commit()?;
+    for (k, v) in writes {
+        match v {
+            Some(v) => model.insert(k.clone(), v.clone()),
+            None => model.remove(k),
+        };
+    }
+    Ok(())
+}
+
+fn batch(from: u64, to: u64, tag: u8) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    (from..to).map(|i| (key(i), Some(vec![tag; 60 + (i % 50) as usize]))).collect()
+}
+
+/// A transient fault at every step of a checkpoint in turn (every file-system operation from
+/// the `n`-th fails with EIO, then the fault goes away): that checkpoint fails cleanly, and
+/// whatever the database does next (more writes, evictions, another checkpoint), a crash copy
+/// and a reopen hold every acknowledged commit (docs/durability.md, "I/O errors").
+#[test]
+fn a_transient_fault_at_any_step_of_a_checkpoint_loses_nothing() {
+    let mut finished = false;
+    for n in 0..400u64 {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("db");
+        let fs = FaultFs::new();
+        let db = Db::open_with_fs(&dir, small(), Arc::new(fs.clone())).unwrap();
+        let mut model = Model::new();
+        commit(&db, &batch(0, 1500, 1), &mut model).unwrap();
+        db.checkpoint().unwrap().unwrap();
+        commit(&db, &batch(0, 700, 2), &mut model).unwrap();
+        let dels: Vec<_> = (1400..1500).map(|i| (key(i), None)).collect();
+        commit(&db, &dels, &mut model).unwrap();
+        fs.faults.ops_left.store(n, Relaxed);
+        let outcome = db.checkpoint();
+        let exhausted = fs.faults.ops_left.load(Relaxed) == 0;
+        fs.faults.ops_left.store(u64::MAX, Relaxed);
+        if outcome.is_ok() && !exhausted {
+            finished = true;
+            drop(db);
+            break;
+        }
+        // Go on: more writes (may be refused read-only), which evict pages; a crash copy;
+        // then another checkpoint and another crash copy.
+        let mut maybe = Model::new();
+        let later = batch(700, 1400, 3);
+        let later_outcome = commit(&db, &later, &mut model);
+        match &later_outcome {
+            Ok(()) | Err(Error::ReadOnly { .. }) => {}
+            Err(Error::CommitNotDurable { .. }) => {
+                for (k, v) in &later {
+                    maybe.insert(k.clone(), v.clone().unwrap());
+                }
+            }
+            Err(e) => panic!("step {n}: unexpected error after the fault: {e:?}"),
+        }
+        let crash1 = root.path().join("crash1");
+        std::fs::create_dir(&crash1).unwrap();
+        copy_files(&dir, &crash1);
+        let second = db.checkpoint();
+        let crash2 = root.path().join("crash2");
+        std::fs::create_dir(&crash2).unwrap();
+        copy_files(&dir, &crash2);
+        let running = contents(&db);
+        assert!(
+            running.iter().all(|(k, v)| model.get(k) == Some(v) || maybe.get(k) == Some(v)),
+            "step {n}: the running database differs"
+        );
+        drop(db);
+        for (what, path) in
+            [("crash copy before the second checkpoint", &crash1), ("crash copy after it", &crash2), ("reopen", &dir)]
+        {
+            let db = Db::open(path, small())
+                .unwrap_or_else(|e| panic!("step {n} ({outcome:?}, then {second:?}): {what} does not open: {e}"));
+            let got = contents(&db);
+            for (k, v) in &model {
+                let g = got.get(k);
+                assert!(
+                    g == Some(v) || maybe.get(k).is_some_and(|m| g == Some(m)),
+                    "step {n} ({outcome:?}, then {second:?}): {what}: key {} lost or wrong",
+                    String::from_utf8_lossy(k)
+                );
+            }
+            for k in got.keys() {
+                assert!(model.contains_key(k) || maybe.contains_key(k), "step {n}: {what}: extra key");
+            }
+            db.close().unwrap();
+            tern::recovery::check(path).unwrap_or_else(|e| panic!("step {n}: {what}: check: {e}"));
+        }
+    }
+    assert!(finished, "the checkpoint finished within the steps tried");
+}
 
 /// Runs `setup`, then `op` with every file-system operation from the `n`-th failing, for
 /// `n = 0, 1, ...` until the error `op` returns contains `wanted`; then lifts the fault and
@@ -104,4 +244,34 @@ fn fault_fs_maps_its_log_files_when_told_to() {
     fs.faults.map_logs.store(true, Relaxed);
     let db = Db::open_with_fs(root.path().join("faulty"), options, Arc::new(fs.clone())).unwrap();
     assert_eq!(flushes(&db), 0, "with map_logs, FaultFs maps its log files: {:?}", db.stats().wal.unwrap());
+}
+
+/// "A failed sync of the page file turns the database read-only until it is reopened (as a
+/// failed sync of the log does)" (README, "The page file can grow to twice the data"): the
+/// checkpoint fails, every later write, checkpoint and the close are `Error::ReadOnly`, and the
+/// reopened database holds every acknowledged commit.
+#[test]
+fn a_failed_page_file_sync_turns_the_database_read_only_and_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    // A cache that holds everything: only the checkpoint writes pages, so the steps repeat.
+    let options =
+        Options { cache_bytes: 16 << 20, wal: WalConfig { durability: Durability::NoSync, ..small().wal }, ..small() };
+    let setup = |db: &Db| commit(db, &batch(0, 500, 1), &mut Model::new()).unwrap();
+    let (db, _fs, err) =
+        fault_where(&dir, options, setup, |db| db.checkpoint().map(drop), &["pages", "page file fsync"], false);
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    let read_only =
+        |r: &tern::Result<()>| matches!(r, Err(Error::ReadOnly { cause }) if cause.contains("page file fsync"));
+    let later = commit(&db, &batch(0, 10, 2), &mut Model::new());
+    assert!(read_only(&later), "a write after it: {later:?}");
+    let second = db.checkpoint().map(drop);
+    assert!(read_only(&second), "a checkpoint after it: {second:?}");
+    assert_eq!(db.begin_read().unwrap().get(&key(3)).unwrap(), Some(vec![1; 63]), "reads go on");
+    let close = db.close();
+    assert!(read_only(&close), "the close reports it: {close:?}");
+    let db = Db::open(&dir, small()).unwrap();
+    let mut model = Model::new();
+    batch(0, 500, 1).into_iter().for_each(|(k, v)| drop(model.insert(k, v.unwrap())));
+    assert_eq!(contents(&db), model);
 }
