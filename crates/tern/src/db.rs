@@ -754,7 +754,8 @@ fn checkpointer(signal: Arc<(StdMutex<(bool, bool)>, Condvar)>, db: Weak<DbInner
     let (lock, cond) = &*signal;
     loop {
         {
-            let deadline = interval.map(|i| Instant::now() + i);
+            // An interval too long to add to the clock is no deadline.
+            let deadline = interval.and_then(|i| Instant::now().checked_add(i));
             let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
             while !state.0 && !state.1 {
                 let Some(deadline) = deadline else {

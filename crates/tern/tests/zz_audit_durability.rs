@@ -275,3 +275,33 @@ fn a_failed_page_file_sync_turns_the_database_read_only_and_loses_nothing() {
     batch(0, 500, 1).into_iter().for_each(|(k, v)| drop(model.insert(k, v.unwrap())));
     assert_eq!(contents(&db), model);
 }
+
+/// `WalConfig::checkpoint_interval` says only "At least 1 ms": the longest interval is taken
+/// (as never, in effect), and the checkpoints `checkpoint_bytes` starts still run. It used to
+/// overflow `Instant + Duration` in the checkpointer thread, which died at once: no automatic
+/// checkpoint ever ran, and nothing said so.
+#[test]
+fn the_longest_checkpoint_interval_still_leaves_checkpoints_by_log_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = WalConfig {
+        checkpoint_interval: Some(std::time::Duration::MAX),
+        checkpoint_bytes: 64 << 10,
+        durability: Durability::NoSync,
+        ..WalConfig::default()
+    };
+    let db = Db::open(dir.path(), Options { wal, ..Options::default() }).unwrap();
+    let mut model = Model::new();
+    for round in 0..4u8 {
+        commit(&db, &batch(0, 300, round), &mut model).unwrap();
+    }
+    assert!(db.stats().wal.unwrap().bytes > 64 << 10, "more log than the checkpoint trigger");
+    // Behaviour, not timing: a generous bound, left as soon as a checkpoint is written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while db.stats().checkpoints.written == 0 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint by log size: {:?}", db.stats().checkpoints);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(contents(&db), model);
+}
