@@ -305,3 +305,29 @@ fn the_longest_checkpoint_interval_still_leaves_checkpoints_by_log_size() {
     let db = Db::open(dir.path(), Options::default()).unwrap();
     assert_eq!(contents(&db), model);
 }
+
+/// `WalConfig::replay_batch_bytes` says only "At least 1 MiB": a larger batch than any log
+/// (up to `u64::MAX`) means one batch for the whole log, never a panic at open. The replay
+/// reserved the whole batch up front: `Some(u64::MAX)` panicked with "capacity overflow" in
+/// `Db::open`, and anything past the machine's memory would abort the process.
+#[test]
+fn a_replay_batch_larger_than_any_log_opens_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = WalConfig { checkpoint_on_close: false, ..WalConfig::default() };
+    for batch_bytes in [1 << 20, 1 << 40, u64::MAX] {
+        let wal = WalConfig { replay_batch_bytes: Some(batch_bytes), ..wal };
+        let db = Db::open(dir.path(), Options { wal, ..Options::default() })
+            .unwrap_or_else(|e| panic!("batch {batch_bytes}: {e}"));
+        let mut t = db.begin().unwrap();
+        t.put(&batch_bytes.to_be_bytes(), b"v").unwrap();
+        t.commit().unwrap();
+        db.close().unwrap();
+    }
+    let db = Db::open(
+        dir.path(),
+        Options { wal: WalConfig { replay_batch_bytes: Some(u64::MAX), ..wal }, ..Options::default() },
+    )
+    .unwrap();
+    assert_eq!(db.stats().recovery.unwrap().records_replayed, 3, "the log alone holds the commits");
+    assert_eq!(contents(&db).len(), 3);
+}

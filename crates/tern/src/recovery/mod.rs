@@ -238,7 +238,9 @@ pub(crate) fn recover(
     stats.checkpoint_millis = loading.elapsed().as_millis() as u64;
     let replaying = Instant::now();
     let batch = match batch_bytes {
-        Some(b) => usize::try_from(b).unwrap_or(usize::MAX),
+        // A batch is reserved whole: never more than the log's files could fill (a setting
+        // past them, up to `u64::MAX`, means one batch for the whole log).
+        Some(b) => usize::try_from(b.min(log_bytes(fs, dir).max(1 << 20))).unwrap_or(usize::MAX),
         None => replay::batch_bytes(&pool, log_bytes(fs, dir)),
     };
     let (log, last) = replay::replay(&mut tables, snapshot, config, &pool, batch, defer, |r| {
