@@ -276,6 +276,56 @@ fn a_failed_page_file_sync_turns_the_database_read_only_and_loses_nothing() {
     assert_eq!(contents(&db), model);
 }
 
+/// Every documented bound of the log settings is enforced at open with a clear
+/// `Error::InvalidArgument`, and the value at the bound is taken: `WalConfig::file_bytes` at
+/// least 4096, `Durability::Periodic` above zero, `replay_batch_bytes` at least 1 MiB,
+/// `checkpoint_interval` at least 1 ms, `row_cache_percent` at most 90, a page size a power of
+/// two from 4096 to 65536.
+#[test]
+fn documented_option_bounds_are_enforced_with_clear_errors_and_the_bounds_taken() {
+    let root = tempfile::tempdir().unwrap();
+    let wal = |w: WalConfig| Options { wal: w, ..Options::default() };
+    let d = WalConfig::default;
+    let ms = std::time::Duration::from_millis;
+    let refused: Vec<(Options, &str)> = vec![
+        (wal(WalConfig { file_bytes: 4095, ..d() }), "at least 4096"),
+        (wal(WalConfig { durability: Durability::Periodic(ms(0)), ..d() }), "above zero"),
+        (wal(WalConfig { replay_batch_bytes: Some((1 << 20) - 1), ..d() }), "at least 1 MiB"),
+        (wal(WalConfig { checkpoint_interval: Some(std::time::Duration::from_micros(999)), ..d() }), "at least 1 ms"),
+        (Options { row_cache_percent: 91, ..Options::default() }, "0 to 90%"),
+        (
+            Options { tree: TreeConfig { page_size: 8192 + 4096, ..TreeConfig::default() }, ..Options::default() },
+            "power of two",
+        ),
+    ];
+    for (i, (options, says)) in refused.into_iter().enumerate() {
+        let dir = root.path().join(format!("refused{i}"));
+        match Db::open(&dir, options) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{says}: {m}"),
+            other => panic!("{says}: {:?}", other.map(drop)),
+        }
+        assert!(!dir.join("LOCK").exists(), "{says}: nothing is created for refused options");
+    }
+    let taken = [
+        wal(WalConfig { file_bytes: 4096, ..d() }),
+        wal(WalConfig { durability: Durability::Periodic(std::time::Duration::from_nanos(1)), ..d() }),
+        wal(WalConfig { replay_batch_bytes: Some(1 << 20), ..d() }),
+        wal(WalConfig { checkpoint_interval: Some(ms(1)), ..d() }),
+        Options { row_cache_percent: 90, ..Options::default() },
+    ];
+    for (i, options) in taken.into_iter().enumerate() {
+        let dir = root.path().join(format!("taken{i}"));
+        let db = Db::open(&dir, options).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        let mut model = Model::new();
+        for round in 0..3 {
+            commit(&db, &batch(0, 100, round), &mut model).unwrap();
+        }
+        db.close().unwrap();
+        let db = Db::open(&dir, options).unwrap();
+        assert_eq!(contents(&db), model, "case {i}");
+    }
+}
+
 /// `WalConfig::checkpoint_interval` says only "At least 1 ms": the longest interval is taken
 /// (as never, in effect), and the checkpoints `checkpoint_bytes` starts still run. It used to
 /// overflow `Instant + Duration` in the checkpointer thread, which died at once: no automatic

@@ -93,7 +93,9 @@ pub enum Durability {
     /// the process, not of the machine.
     NoSync,
     /// At once; a background thread writes and syncs the log every interval. A crash of any
-    /// kind loses up to an interval of commits (never part of one).
+    /// kind loses up to an interval of commits (never part of one). As a database's default
+    /// ([`WalConfig::durability`]) the interval must be above zero
+    /// ([`Error::InvalidArgument`](crate::Error::InvalidArgument) at open otherwise).
     Periodic(Duration),
 }
 
@@ -102,7 +104,8 @@ pub enum Durability {
 pub struct WalConfig {
     /// Transactions' default durability (each may override it).
     pub durability: Durability,
-    /// A log file is closed and a new one started beyond this size.
+    /// A log file is closed and a new one started beyond this size. At least 4096 bytes
+    /// (less is [`Error::InvalidArgument`](crate::Error::InvalidArgument) at open).
     pub file_bytes: u64,
     /// A checkpoint starts on its own once this much log was written since the last.
     pub checkpoint_bytes: u64,
