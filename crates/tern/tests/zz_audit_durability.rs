@@ -381,3 +381,442 @@ fn a_replay_batch_larger_than_any_log_opens_and_replays() {
     assert_eq!(db.stats().recovery.unwrap().records_replayed, 3, "the log alone holds the commits");
     assert_eq!(contents(&db).len(), 3);
 }
+
+/// A crashed database (a checkpoint, then a log of several files to replay) opened through a
+/// file system that fails every operation from the `n`-th on, for every `n` of the open, a scan
+/// and the close: each open that succeeds reads the committed model, and the directory each
+/// leaves opens with it (durability.md, "Recovery (open)").
+#[test]
+fn a_fault_at_any_step_of_recovery_after_a_crash_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let base = root.path().join("base");
+    let mut model = Model::new();
+    {
+        let db = Db::open(&base, Options { wal: WalConfig { file_bytes: 8 << 10, ..small().wal }, ..small() }).unwrap();
+        commit(&db, &batch(0, 300, 1), &mut model).unwrap();
+        db.checkpoint().unwrap();
+        for r in 0..6u8 {
+            commit(&db, &batch(r as u64 * 40, r as u64 * 40 + 60, 10 + r), &mut model).unwrap();
+        }
+        let crash = root.path().join("crashed");
+        std::fs::create_dir(&crash).unwrap();
+        copy_files(&base, &crash);
+        std::mem::forget(db);
+    }
+    let crashed = root.path().join("crashed");
+    let mut done = false;
+    for n in 0..300u64 {
+        let dir = root.path().join(format!("w{n}"));
+        std::fs::create_dir(&dir).unwrap();
+        copy_files(&crashed, &dir);
+        let fs = FaultFs::new();
+        fs.faults.ops_left.store(n, Relaxed);
+        let outcome = (|| -> tern::Result<()> {
+            let db = Db::open_with_fs(&dir, small(), Arc::new(fs.clone()))?;
+            let t = db.begin_read()?;
+            let mut range = t.range(..)?;
+            let got: Model = range.by_ref().collect();
+            if let Some(e) = range.take_error() {
+                return Err(e);
+            }
+            assert_eq!(got, model, "step {n}: the open that succeeded");
+            drop(range);
+            drop(t);
+            db.close()
+        })();
+        let exhausted = fs.faults.ops_left.load(Relaxed) == 0;
+        let db = Db::open(&dir, small()).unwrap_or_else(|e| panic!("step {n} ({outcome:?}): reopen: {e}"));
+        assert_eq!(contents(&db), model, "step {n} ({outcome:?})");
+        db.close().unwrap();
+        tern::recovery::check(&dir).unwrap_or_else(|e| panic!("step {n}: check: {e}"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        if outcome.is_ok() && !exhausted {
+            done = true;
+            break;
+        }
+    }
+    assert!(done);
+}
+
+/// "dropping the last handle does the same [as `Db::close`]" (rustdoc of `Db::close`): in
+/// every durability mode, on a mapped and a written log, a drop checkpoints, and the next open
+/// replays nothing and holds every commit (once the directory is released: a background
+/// checkpoint may hold it a moment).
+#[test]
+fn dropping_the_last_handle_is_a_clean_close_in_every_durability_mode() {
+    let root = tempfile::tempdir().unwrap();
+    let modes = [
+        (Durability::Sync, true),
+        (Durability::NoSync, true),
+        (Durability::Periodic(std::time::Duration::from_millis(50)), true),
+        (Durability::Sync, false),
+        (Durability::NoSync, false),
+        (Durability::Periodic(std::time::Duration::from_secs(3600)), false),
+    ];
+    for (i, (durability, mapped)) in modes.into_iter().enumerate() {
+        let dir = root.path().join(format!("db{i}"));
+        let options = Options { wal: WalConfig { durability, mapped, ..WalConfig::default() }, ..Options::default() };
+        let mut model = Model::new();
+        let db = Db::open(&dir, options).unwrap();
+        for r in 0..5 {
+            commit(&db, &batch(r * 10, r * 10 + 30, r as u8), &mut model).unwrap();
+        }
+        drop(db);
+        let db = loop {
+            match Db::open(&dir, options) {
+                Err(Error::Locked { .. }) => std::thread::yield_now(),
+                other => break other.unwrap(),
+            }
+        };
+        assert_eq!(
+            db.stats().recovery.unwrap().records_replayed,
+            0,
+            "{durability:?} mapped {mapped}: the drop checkpointed"
+        );
+        assert_eq!(contents(&db), model, "{durability:?} mapped {mapped}");
+    }
+}
+
+/// Damage other than a torn final record fails the open and `check` with
+/// `Error::Corruption` naming the file (or an I/O error naming a missing one), never a panic or
+/// an open that drops acknowledged commits (durability.md, "Replay", last paragraph).
+#[test]
+fn damage_outside_a_torn_tail_fails_open_and_check_naming_the_file() {
+    let root = tempfile::tempdir().unwrap();
+    let options = Options { wal: WalConfig { file_bytes: 8 << 10, ..small().wal }, ..small() };
+    let base = root.path().join("base");
+    let mut model = Model::new();
+    let db = Db::open(&base, options).unwrap();
+    commit(&db, &batch(0, 300, 1), &mut model).unwrap();
+    db.checkpoint().unwrap();
+    for r in 0..6u8 {
+        commit(&db, &batch(r as u64 * 40, r as u64 * 40 + 60, 10 + r), &mut model).unwrap();
+    }
+    let names = |d: &Path| {
+        let mut v: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    let snap = root.path().join("snap");
+    std::fs::create_dir(&snap).unwrap();
+    copy_files(&base, &snap);
+    std::mem::forget(db);
+    let logs: Vec<String> = names(&snap).into_iter().filter(|n| n.starts_with("wal-")).collect();
+    type Damage = Box<dyn Fn(&Path)>;
+    let damages: Vec<(&str, Damage)> = vec![
+        (
+            "middle log removed",
+            Box::new({
+                let l = logs[1].clone();
+                move |d: &Path| std::fs::remove_file(d.join(&l)).unwrap()
+            }),
+        ),
+        (
+            "first log header flipped",
+            Box::new({
+                let l = logs[0].clone();
+                move |d: &Path| {
+                    let p = d.join(&l);
+                    let mut b = std::fs::read(&p).unwrap();
+                    b[3] ^= 1;
+                    std::fs::write(&p, b).unwrap();
+                }
+            }),
+        ),
+        (
+            "first log record flipped",
+            Box::new({
+                let l = logs[0].clone();
+                move |d: &Path| {
+                    let p = d.join(&l);
+                    let mut b = std::fs::read(&p).unwrap();
+                    b[100] ^= 1;
+                    std::fs::write(&p, b).unwrap();
+                }
+            }),
+        ),
+        (
+            "first log cut",
+            Box::new({
+                let l = logs[0].clone();
+                move |d: &Path| {
+                    let p = d.join(&l);
+                    let b = std::fs::read(&p).unwrap();
+                    std::fs::write(&p, &b[..b.len() - 5]).unwrap();
+                }
+            }),
+        ),
+        ("pages removed", Box::new(|d: &Path| std::fs::remove_file(d.join("pages")).unwrap())),
+        ("pages cut to 0", Box::new(|d: &Path| std::fs::write(d.join("pages"), b"").unwrap())),
+        (
+            "pages cut in half",
+            Box::new(|d: &Path| {
+                let p = d.join("pages");
+                let b = std::fs::read(&p).unwrap();
+                std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+            }),
+        ),
+        (
+            "SETTINGS flipped",
+            Box::new(|d: &Path| {
+                let p = d.join("SETTINGS");
+                let mut b = std::fs::read(&p).unwrap();
+                let i = b.len() / 2;
+                b[i] ^= 1;
+                std::fs::write(&p, b).unwrap();
+            }),
+        ),
+        ("SETTINGS empty", Box::new(|d: &Path| std::fs::write(d.join("SETTINGS"), b"").unwrap())),
+        (
+            "checkpoint removed",
+            Box::new(|d: &Path| {
+                for n in std::fs::read_dir(d).unwrap() {
+                    let n = n.unwrap();
+                    if n.file_name().to_string_lossy().ends_with(".ckpt") {
+                        std::fs::remove_file(n.path()).unwrap();
+                    }
+                }
+            }),
+        ),
+        (
+            "checkpoint empty",
+            Box::new(|d: &Path| {
+                for n in std::fs::read_dir(d).unwrap() {
+                    let n = n.unwrap();
+                    if n.file_name().to_string_lossy().ends_with(".ckpt") {
+                        std::fs::write(n.path(), b"").unwrap();
+                    }
+                }
+            }),
+        ),
+    ];
+    for (i, (what, damage)) in damages.iter().enumerate() {
+        let dir = root.path().join(format!("d{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        copy_files(&snap, &dir);
+        damage(&dir);
+        let names_the_file = |e: &Error| match e {
+            Error::Corruption { file, .. } => !file.is_empty(),
+            Error::Io { what, .. } => what.contains("pages"),
+            _ => false,
+        };
+        match Db::open(&dir, small()) {
+            Err(e) => assert!(names_the_file(&e), "{what}: {e:?}"),
+            // Pages come in on demand: a damaged page file may open, and then a read of a
+            // damaged page is the error, never wrong data.
+            Ok(db) if what.starts_with("pages") => {
+                let t = db.begin_read().unwrap();
+                // The scan first applies the replayed writes in its range (deferred replay),
+                // which reads pages too.
+                let e = match t.range(..) {
+                    Err(e) => Some(e),
+                    Ok(mut range) => {
+                        for (k, v) in range.by_ref() {
+                            assert_eq!(model.get(&k), Some(&v), "{what}: a value read is a value written");
+                        }
+                        range.take_error()
+                    }
+                };
+                assert!(matches!(&e, Some(Error::Corruption { file, .. }) if file == "pages"), "{what}: {e:?}");
+            }
+            Ok(_) => panic!("{what}: the damaged database opened"),
+        }
+        let e = tern::recovery::check(&dir).map(drop).unwrap_err();
+        assert!(names_the_file(&e), "{what}: check: {e:?}");
+    }
+}
+
+/// Each writer's transaction `s` sets its five keys and its counter to `s`.
+fn group_txn(db: &Db, w: u64, s: u64) -> tern::Result<()> {
+    let mut t = db.begin()?;
+    for j in 0..5u64 {
+        t.put(format!("w{w}/k{j}").as_bytes(), format!("{s:08}").as_bytes())?;
+    }
+    t.put(format!("w{w}/seq").as_bytes(), format!("{s:08}").as_bytes())?;
+    t.commit()
+}
+
+/// The counter of writer `w` in `db`'s snapshot `t`, after checking that its five keys agree
+/// with it (no partial transaction).
+fn group_seq(t: &tern::Txn<'_>, w: u64, what: &str) -> u64 {
+    let seq = t.get(format!("w{w}/seq").as_bytes()).unwrap();
+    for j in 0..5u64 {
+        assert_eq!(
+            t.get(format!("w{w}/k{j}").as_bytes()).unwrap(),
+            seq,
+            "{what}: writer {w} key {j}: a partial transaction"
+        );
+    }
+    seq.map_or(0, |s| String::from_utf8(s).unwrap().parse().unwrap())
+}
+
+/// Copies of the directory taken while a writer commits (a crash of the process at that
+/// instant; one log file, no checkpoint) hold whole transactions only, and, at `Sync` and
+/// `NoSync` (mapped or written log), every commit acknowledged before the copy began
+/// (durability.md, "Commit": `NoSync` survives a crash of the process; `Periodic` loses up to
+/// an interval, never part of a commit).
+#[test]
+fn crash_copies_taken_while_a_writer_commits_hold_whole_transactions_and_the_acknowledged_ones() {
+    for (durability, mapped) in [
+        (Durability::Sync, true),
+        (Durability::NoSync, true),
+        (Durability::NoSync, false),
+        (Durability::Periodic(std::time::Duration::from_millis(2)), false),
+        (Durability::Periodic(std::time::Duration::from_millis(2)), true),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("db");
+        let options = Options {
+            wal: WalConfig { durability, mapped, checkpoint_bytes: u64::MAX, ..WalConfig::default() },
+            ..Options::default()
+        };
+        let db = Db::open(&dir, options).unwrap();
+        let acked = std::sync::atomic::AtomicU64::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut results = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut seq = 1;
+                while !stop.load(Relaxed) {
+                    group_txn(&db, 0, seq).unwrap();
+                    acked.store(seq, Relaxed);
+                    seq += 1;
+                }
+            });
+            for c in 0..8 {
+                while acked.load(Relaxed) < 20 * (c + 1) {
+                    std::thread::yield_now();
+                }
+                let before = acked.load(Relaxed);
+                let copy = root.path().join(format!("copy{c}"));
+                std::fs::create_dir(&copy).unwrap();
+                copy_files(&dir, &copy);
+                results.push((copy, before));
+            }
+            stop.store(true, Relaxed);
+        });
+        for (copy, before) in results {
+            let db = Db::open(&copy, options).unwrap();
+            let got = group_seq(&db.begin_read().unwrap(), 0, &format!("{durability:?}"));
+            if !matches!(durability, Durability::Periodic(_)) {
+                assert!(
+                    got >= before,
+                    "{durability:?} mapped {mapped}: copy has {got}, {before} acknowledged before it"
+                );
+            }
+        }
+    }
+}
+
+/// A close whose checkpoint cannot write (EIO, a full disk) or sync reports the error, releases
+/// the directory, and the reopened database holds every commit (rustdoc of `Db::close`:
+/// "reporting any error"; durability.md: a failed checkpoint loses nothing).
+#[test]
+fn a_close_that_cannot_checkpoint_reports_it_and_loses_nothing() {
+    for fault in ["page writes", "full disk", "syncs"] {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("db");
+        let fs = FaultFs::new();
+        let options = Options {
+            wal: WalConfig { checkpoint_on_close: true, durability: Durability::NoSync, ..small().wal },
+            ..small()
+        };
+        let db = Db::open_with_fs(&dir, options, Arc::new(fs.clone())).unwrap();
+        let mut model = Model::new();
+        commit(&db, &batch(0, 800, 1), &mut model).unwrap();
+        match fault {
+            "page writes" => fs.faults.fail_page_writes.store(true, Relaxed),
+            "full disk" => fs.faults.space_left.store(0, Relaxed),
+            _ => fs.faults.fail_syncs.store(true, Relaxed),
+        }
+        let close = db.close();
+        assert!(matches!(close, Err(Error::Io { .. } | Error::CommitNotDurable { .. })), "{fault}: {close:?}");
+        let db = Db::open(&dir, small()).unwrap_or_else(|e| panic!("{fault}: reopen: {e}"));
+        assert_eq!(contents(&db), model, "{fault}");
+        db.close().unwrap();
+        tern::recovery::check(&dir).unwrap();
+    }
+}
+
+/// Checkpoints and backups beside three writers and a reader (a 64-frame pool, small log
+/// files): readers never see part of a transaction, each backup holds every commit acknowledged
+/// before it began, and after the close the reopened database holds each writer's last commit.
+#[test]
+fn checkpoints_backups_and_close_beside_writers_and_readers_hold_every_acknowledged_commit() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let options = Options {
+        wal: WalConfig {
+            durability: Durability::NoSync,
+            checkpoint_bytes: 256 << 10,
+            file_bytes: 64 << 10,
+            ..WalConfig::default()
+        },
+        cache_bytes: 256 << 10,
+        tree: TreeConfig { page_size: 4096, ..TreeConfig::default() },
+        ..Options::default()
+    };
+    let db = Db::open(&dir, options).unwrap();
+    let writers = 3u64;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let acked: Vec<std::sync::atomic::AtomicU64> = (0..writers).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let mut backups = Vec::new();
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let (db, stop, acked) = (&db, &stop, &acked);
+            s.spawn(move || {
+                let mut seq = 1;
+                while !stop.load(Relaxed) {
+                    group_txn(db, w, seq).unwrap();
+                    // Filler, so that pages are evicted and checkpoints have work.
+                    let mut t = db.begin().unwrap();
+                    t.put(format!("fill/{w}/{}", seq % 500).as_bytes(), &[seq as u8; 200]).unwrap();
+                    t.commit().unwrap();
+                    acked[w as usize].store(seq, Relaxed);
+                    seq += 1;
+                }
+            });
+        }
+        {
+            let (db, stop) = (&db, &stop);
+            s.spawn(move || {
+                while !stop.load(Relaxed) {
+                    let t = db.begin_read().unwrap();
+                    for w in 0..writers {
+                        group_seq(&t, w, "reader");
+                    }
+                }
+            });
+        }
+        for b in 0..3 {
+            db.checkpoint().unwrap();
+            let before: Vec<u64> = acked.iter().map(|a| a.load(Relaxed)).collect();
+            let dst = root.path().join(format!("backup{b}"));
+            db.backup(&dst).unwrap();
+            backups.push((dst, before));
+            while acked.iter().all(|a| a.load(Relaxed) < 200 * (b + 1)) {
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, Relaxed);
+    });
+    let last: Vec<u64> = acked.iter().map(|a| a.load(Relaxed)).collect();
+    assert!(db.stats().checkpoints.written >= 3);
+    db.close().unwrap();
+    let db = Db::open(&dir, options).unwrap();
+    let t = db.begin_read().unwrap();
+    for w in 0..writers {
+        assert_eq!(group_seq(&t, w, "reopened"), last[w as usize]);
+    }
+    drop(t);
+    db.close().unwrap();
+    tern::recovery::check(&dir).unwrap();
+    for (dst, before) in backups {
+        let db = Db::open(&dst, options).unwrap();
+        let t = db.begin_read().unwrap();
+        for w in 0..writers {
+            assert!(group_seq(&t, w, "backup") >= before[w as usize]);
+        }
+    }
+}
