@@ -56,31 +56,52 @@ pub trait FsFile: Send + Debug {
 /// Only the allocated prefix is reachable ([`allocate`](Mapping::allocate) extends it with
 /// `fallocate`): a store into a block the file system has not allocated could find the disk
 /// full, which a mapping reports as `SIGBUS`, and a store past the file's end is one too.
+///
+/// Its pages can be faulted in ahead of the stores from another thread ([`Populate`]), so
+/// that a store under a latch does not take the page fault (a few microseconds, at times
+/// milliseconds) while others wait for the latch.
 #[derive(Debug)]
 pub struct Mapping {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
+    region: Arc<Region>,
     /// Bytes allocated from the start (the file is at least this long).
     allocated: usize,
     /// A second handle to the file, to allocate through.
     file: std::fs::File,
 }
 
-// SAFETY: a `Mapping` owns its range of memory like a `Box<[u8]>` owns its bytes: it is only
-// reached through `&mut self` and unmapped once, on drop.
-unsafe impl Send for Mapping {}
-// SAFETY: as above; `&Mapping` gives no access to the bytes.
-unsafe impl Sync for Mapping {}
+/// The memory of a [`Mapping`], unmapped when the last of the mapping and its [`Populate`]
+/// handles goes.
+#[derive(Debug)]
+struct Region {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `Region` is an address range; the bytes in it are reached only through
+// `Mapping::bytes` (`&mut Mapping`, one owner at a time), and a `Populate` only asks the kernel
+// to fault pages in, which changes no byte. It is unmapped once, by the last handle's drop.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` gives no access to the bytes.
+unsafe impl Sync for Region {}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range `map_file` mapped, once (the last handle); no
+        // reference to its bytes outlives the `Mapping` (`bytes` borrows it), and a `Populate`
+        // holds no reference to them.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
 
 impl Mapping {
     /// Bytes mapped: the most the file can hold through this mapping.
     pub fn len(&self) -> usize {
-        self.len
+        self.region.len
     }
 
     /// Whether nothing is mapped (never: a mapping has at least one byte).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.region.len == 0
     }
 
     /// Bytes allocated from the start of the file, reachable through [`bytes`](Mapping::bytes).
@@ -91,7 +112,7 @@ impl Mapping {
     /// Allocates the file's first `n` bytes (at most [`len`](Mapping::len)), extending it with
     /// zeros, so that [`bytes`](Mapping::bytes) reaches them.
     pub fn allocate(&mut self, n: usize) -> io::Result<()> {
-        let n = n.min(self.len);
+        let n = n.min(self.region.len);
         if n > self.allocated {
             if !allocate(&self.file, n as u64)? {
                 return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
@@ -107,14 +128,22 @@ impl Mapping {
         Ok(WriteBack(self.file.try_clone()?))
     }
 
+    /// A handle to fault in pages of the mapping's allocated part from another thread, without
+    /// holding whatever guards the mapping ([`Populate::populate`]). It keeps the memory mapped
+    /// (not the bytes reachable) until it goes.
+    pub fn populate_handle(&self) -> Populate {
+        Populate { region: self.region.clone() }
+    }
+
     /// The allocated bytes, to read and write.
     pub fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr..ptr+len` is a live read-write mapping this value owns (from `map_file`,
-        // unmapped only on drop), and its first `allocated` bytes are allocated blocks within
-        // the file; `&mut self` makes this the only reference to them. The file is one this
+        // SAFETY: `ptr..ptr+len` is a live read-write mapping this value shares only with
+        // `Populate` handles, which never touch its bytes (from `map_file`, unmapped when the
+        // last handle goes), and its first `allocated` bytes are allocated blocks within the
+        // file; `&mut self` makes this the only reference to them. The file is one this
         // process created, which nobody else writes or shortens while it is mapped (the log
         // cuts it only after dropping the mapping).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.allocated) }
+        unsafe { std::slice::from_raw_parts_mut(self.region.ptr.as_ptr(), self.allocated) }
     }
 }
 
@@ -135,11 +164,33 @@ impl WriteBack {
     }
 }
 
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the range `map_file` mapped, once; no reference to it outlives
-        // `self` (`bytes` borrows `self`).
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+/// A handle to fault in a mapping's pages ahead of its stores ([`Mapping::populate_handle`]).
+#[derive(Debug)]
+pub struct Populate {
+    region: Arc<Region>,
+}
+
+impl Populate {
+    /// Faults in, for writing, the pages of `len` bytes at `offset` of the mapping
+    /// (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14 and later), so that the stores that come
+    /// later find them mapped. The caller passes a range the file had allocated when it took
+    /// the range; the bytes are left as they are. A hint: a failure (an older kernel, a range
+    /// past a file cut since) is ignored, and elsewhere than Linux nothing happens.
+    pub fn populate(&self, offset: usize, len: usize) {
+        let page = 4096;
+        let from = offset / page * page;
+        let to = offset.saturating_add(len).min(self.region.len);
+        if from >= to {
+            return;
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: `from..to` lies within the region this handle keeps mapped (`to` is clamped
+        // to its length, `from` is page-aligned as `madvise` wants, the region's start being
+        // page-aligned). Populating changes no byte, so it races with no store; a page past the
+        // file's end gets `EFAULT`, not a signal.
+        unsafe {
+            libc::madvise(self.region.ptr.as_ptr().add(from).cast(), to - from, libc::MADV_POPULATE_WRITE);
+        }
     }
 }
 
@@ -177,7 +228,7 @@ fn map_file(file: &std::fs::File, len: u64) -> io::Result<Option<Mapping>> {
         };
     }
     let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-    Ok(Some(Mapping { ptr, len: size, allocated: first, file: handle }))
+    Ok(Some(Mapping { region: Arc::new(Region { ptr, len: size }), allocated: first, file: handle }))
 }
 
 /// Whether `file` is on a file system known to store a rewritten block of an allocated file
@@ -789,5 +840,38 @@ impl Fs for FaultFs {
             return Err(eio("directory fsync"));
         }
         StdFs.sync_dir(dir)
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Faulting a mapping's pages in changes none of its bytes, past the allocated part or the
+    /// file's end is harmless (an error the hint ignores, no signal), and a handle that
+    /// outlives its `Mapping` keeps the memory mapped until it goes.
+    #[test]
+    fn populating_a_mapping_changes_no_byte_and_outlives_it_safely() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = StdFs.create(&dir.path().join("f")).unwrap();
+        let Some(mut map) = file.map(1 << 20).unwrap() else {
+            return; // a file system that does not map: nothing to check
+        };
+        map.allocate(256 << 10).unwrap();
+        for (i, b) in map.bytes().iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let handle = map.populate_handle();
+        handle.populate(0, 64 << 10);
+        handle.populate(100, 1 << 20); // unaligned start, past the allocated part and the file
+        handle.populate(2 << 20, 4096); // wholly past the mapping: nothing
+        assert!(map.bytes().iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        drop(map);
+        file.set_len(4096).unwrap(); // the file cut under the handle's pages
+        handle.populate(0, 1 << 20);
+        drop(handle);
+        let bytes = StdFs.read_all(&dir.path().join("f")).unwrap();
+        assert_eq!(bytes.len(), 4096);
+        assert!(bytes.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
     }
 }

@@ -13,7 +13,10 @@
 //! call per `PREALLOCATE`), so a full disk is an error, not a fault; after each such call the
 //! appender, once it has let go of the latch, starts writing the file's filled part back to the
 //! disk (`WRITE_BACK_LAG` behind the appends, without waiting), so the sync that closes a full
-//! file under the latch waits for its last few MiB, not all of it. **Written log files**
+//! file under the latch waits for its last few MiB, not all of it. Likewise the file's pages
+//! are faulted in ahead of the copies (`POPULATE_AHEAD`, one `madvise` per range, by the
+//! appender that finds less left, after the latch), so a copy under the latch does not take
+//! the page fault of its first store into a page. **Written log files**
 //! (`mapped` off, or a file system that cannot map, such as the fault-injecting one): records
 //! collect in a buffer and the leader below writes them with one `write`.
 //!
@@ -57,7 +60,9 @@
 //! 8. Mapped: `written` is published under the append latch as each record is copied, so
 //!    `written == end` whenever the latch is free, and a `NoSync` waiter finds itself covered
 //!    without taking the group's mutex (`group.rs`). A mapping is dropped before its file is
-//!    cut, and nothing is appended after the log's shutdown (the log stops).
+//!    cut (a populate handle may keep its memory mapped a moment longer, never its bytes
+//!    reachable: it only faults pages in, and past the file's end it gets an error, not a
+//!    signal), and nothing is appended after the log's shutdown (the log stops).
 //!
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
@@ -73,7 +78,7 @@ mod group;
 pub(crate) mod reader;
 pub mod record;
 
-use crate::fs::{write_all, Fs, FsFile, Mapping, WriteBack};
+use crate::fs::{write_all, Fs, FsFile, Mapping, Populate, WriteBack};
 use crate::sync::{LatchClass, Mutex};
 use crate::{Error, Result};
 use group::Group;
@@ -288,9 +293,25 @@ struct Mapped {
     seq: u64,
     /// The file's bytes before this were handed to [`WriteBack::start`].
     written_back: usize,
+    /// The file's bytes before this were handed to [`Populate::populate`].
+    populated: usize,
 }
 
 impl Mapped {
+    /// The file's next range to fault in ahead of the appends ([`POPULATE_AHEAD`]), with a
+    /// handle to do it by once the latch is let go, if less than one `POPULATE_AHEAD` is left.
+    fn populate(&mut self) -> Option<(Populate, usize, usize)> {
+        if self.at + POPULATE_AHEAD <= self.populated {
+            return None;
+        }
+        let to = ((self.at + 2 * POPULATE_AHEAD) / POPULATE_AHEAD * POPULATE_AHEAD).min(self.map.allocated());
+        if to <= self.populated {
+            return None;
+        }
+        let from = std::mem::replace(&mut self.populated, to);
+        Some((self.map.populate_handle(), from, to - from))
+    }
+
     /// The file's next range to write back ([`WRITE_BACK_LAG`] behind the appends), with a
     /// handle to start it by, if there is one; `None` also if no handle could be had (the
     /// write-back is an optimization only).
@@ -327,6 +348,12 @@ const PREALLOCATE: u64 = 4 << 20;
 /// everything still dirty, 6–77 ms under the append latch at 64 MiB files), and the pages
 /// being filled are left alone (write-back would make their next store fault again).
 const WRITE_BACK_LAG: usize = 1 << 20;
+
+/// A mapped file's pages are faulted in for writing this far ahead of the appends, a range at
+/// a time, by the appender that finds less left, once it has let go of the latch: otherwise
+/// the first store into each page takes its page fault under the append latch (about 2 µs
+/// here, now and then milliseconds), while every other committer waits for the latch.
+const POPULATE_AHEAD: usize = 256 << 10;
 
 /// The periodic flusher thread and its stop signal.
 type Flusher = (Arc<(StdMutex<bool>, Condvar)>, std::thread::JoinHandle<()>);
@@ -463,10 +490,13 @@ impl Wal {
         let ts = next_ts();
         payload.set_ts(ts);
         let t = &mut *tail;
+        // A range of the file to fault in once the latch is let go.
+        let mut populate = None;
         let n = match &mut t.map {
             Some(m) => {
                 let n = payload.frame_to(&mut m.map.bytes()[m.at..]);
                 m.at += n;
+                populate = m.populate();
                 n
             }
             None => payload.frame_into(&mut t.buf),
@@ -482,6 +512,9 @@ impl Wal {
         drop(tail);
         if let Some((handle, from, len)) = write_back {
             handle.start(from, len);
+        }
+        if let Some((handle, from, len)) = populate {
+            handle.populate(from, len);
         }
         Ok((ts, end))
     }
@@ -812,7 +845,7 @@ fn map_len(config: &WalConfig, need: usize) -> u64 {
 /// cannot (the log then writes).
 fn map(file: &mut dyn FsFile, seq: u64, len: u64) -> Result<Option<Mapped>> {
     let map = file.map(len).map_err(io_err(|| format!("mapping log file {}", file_name(seq))))?;
-    Ok(map.map(|map| Mapped { map, at: HEADER, seq, written_back: 0 }))
+    Ok(map.map(|map| Mapped { map, at: HEADER, seq, written_back: 0, populated: 0 }))
 }
 
 /// Creates log file `seq` starting at `start`: header written and synced under a temporary
