@@ -37,10 +37,12 @@ pub(crate) struct WaitCosts {
 }
 
 impl WaitCosts {
-    /// How many PAUSEs spin for about `ns` nanoseconds (at least one).
+    /// How many PAUSEs spin for about `ns` nanoseconds (at least one; `u64::MAX` for a span
+    /// too long to count in a `u64`).
     #[inline]
     pub(crate) fn pauses(&self, ns: u64) -> u64 {
-        (ns * 1000 / self.pause_ps).max(1)
+        let pauses = u128::from(ns) * 1000 / u128::from(self.pause_ps);
+        u64::try_from(pauses).unwrap_or(u64::MAX).max(1)
     }
 
     /// Nanoseconds in `t` ticks.
@@ -123,7 +125,8 @@ pub struct Calibration {
 
 #[cfg(not(loom))]
 impl Calibration {
-    /// How many PAUSEs `ns` nanoseconds of spinning execute on this CPU (at least one).
+    /// How many PAUSEs `ns` nanoseconds of spinning execute on this CPU (at least one; any
+    /// `ns` is accepted, the count saturating at `u64::MAX`).
     pub fn pauses_in(&self, ns: u64) -> u64 {
         wait_costs().pauses(ns)
     }
