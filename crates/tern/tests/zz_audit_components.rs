@@ -461,6 +461,19 @@ fn tree_configs_outside_the_limits_are_errors() {
 }
 
 #[test]
+fn bulk_load_refuses_a_bad_page_size_with_an_error_not_a_panic() {
+    // TreeConfig::page_size: "a power of two from 4 KiB to 64 KiB"; bulk_load fails "with the
+    // usual key and value errors", as BTree::new does for its config.
+    for page_size in [0usize, 2048, 12288, 131072, usize::MAX] {
+        let c = TreeConfig { page_size, ..TreeConfig::default() };
+        let r = BTree::bulk_load(c, [(b"a", b"b")]);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{page_size}");
+    }
+    let r = BTree::bulk_load(TreeConfig { prefetch: 3, ..TreeConfig::default() }, [(b"a", b"b")]);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))));
+}
+
+#[test]
 fn key_and_value_limits_are_enforced_as_documented() {
     for page_size in [4096usize, 65536] {
         let t = BTree::new(TreeConfig { page_size, ..TreeConfig::default() }).unwrap();

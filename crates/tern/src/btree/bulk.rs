@@ -184,6 +184,8 @@ impl BTree {
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
+        // Checked before the pool is made: a pool of an impossible page size cannot be built.
+        config.validate()?;
         BTree::bulk_load_in(config, crate::buffer::Pool::memory(config.page_size, config.huge_pages), entries)
     }
 
