@@ -705,6 +705,15 @@ fn file_pool(page_size: usize, cache: Option<u64>, rows: u64) -> (tempfile::Temp
 }
 
 #[test]
+fn a_file_pool_refuses_page_sizes_outside_the_documented_range() {
+    // PoolConfig::page_size: "a power of two, 4 KiB to 64 KiB".
+    for page_size in [0usize, 100, 4095, 12288, 131072] {
+        let (_d, p) = file_pool(page_size, Some(1 << 20), 0);
+        assert!(matches!(p, Err(Error::InvalidArgument(_))), "page size {page_size}: {p:?}");
+    }
+}
+
+#[test]
 fn a_pool_asked_for_no_memory_gets_min_frames_and_works() {
     let (_d, p) = file_pool(4096, Some(0), 0);
     let p = p.unwrap();

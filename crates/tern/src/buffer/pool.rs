@@ -100,6 +100,16 @@ struct FrameList {
 // SAFETY: the pointers are frame blocks owned by the arena, used under the pool's mutex.
 unsafe impl Send for FrameList {}
 
+/// Checks that `page_size` is one a pool can hold: a power of two from 4 KiB to 64 KiB.
+fn check_page_size(page_size: usize) -> Result<()> {
+    if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "page size must be a power of two from 4096 to 65536 bytes, got {page_size}"
+        )));
+    }
+    Ok(())
+}
+
 /// How a pool is set up.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
@@ -173,7 +183,10 @@ impl Pool {
 
     /// A pool of at most `config.cache_bytes` of frames over a new, empty page file created at
     /// `path` (replacing any file there).
+    /// Fails with [`Error::InvalidArgument`] for a page size outside [`PoolConfig::page_size`]'s
+    /// range (before the file is touched).
     pub fn with_file(config: PoolConfig, fs: Arc<dyn Fs>, path: PathBuf) -> Result<Arc<Pool>> {
+        check_page_size(config.page_size)?;
         let file = PageFile::create(fs, path, config.page_size)?;
         let pool = Pool::build(config, Some(file));
         super::evict::Evictor::start(&pool);
