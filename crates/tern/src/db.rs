@@ -286,14 +286,14 @@ fn check_table_name(name: &str) -> Result<()> {
 /// The buffer pool of a temporary database: `cache_bytes` of frames over a page file in the
 /// system's temporary directory, unlinked as soon as it is open (the space goes back when the
 /// pool closes it, even after a crash); a pool in memory only if no such file can be made.
-fn scratch_pool(options: &Options) -> Arc<Pool> {
+fn scratch_pool(options: &Options) -> Result<Arc<Pool>> {
     static SCRATCH: AtomicU64 = AtomicU64::new(0);
     let n = SCRATCH.fetch_add(1, Relaxed);
     let path = std::env::temp_dir().join(format!("tern-temporary-{}-{n}.pages", std::process::id()));
     match Pool::with_file(pool_config(options), Arc::new(StdFs), path.clone()) {
         Ok(pool) => {
             let _ = std::fs::remove_file(&path);
-            pool
+            Ok(pool)
         }
         Err(_) => Pool::memory(options.tree.page_size, options.tree.huge_pages),
     }
@@ -392,7 +392,7 @@ impl Db {
     pub fn open_temporary(options: Options) -> Result<Db> {
         check_cache(&options)?;
         options.tree.validate()?;
-        let pool = scratch_pool(&options);
+        let pool = scratch_pool(&options)?;
         let table = BTree::with_pool(options.tree, pool.clone())?;
         Db::new(None, options, pool, vec![(0, String::new(), table)], Chains::new(), None)
     }

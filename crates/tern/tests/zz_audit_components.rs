@@ -452,7 +452,7 @@ fn tree_configs_outside_the_limits_are_errors() {
     t.set_prefetch(0).unwrap();
     assert_eq!(t.config().prefetch, 0);
     // A pool of another page size.
-    let pool = Pool::memory(8192, false);
+    let pool = Pool::memory(8192, false).unwrap();
     assert!(matches!(BTree::with_pool(TreeConfig::default(), pool), Err(Error::InvalidArgument(_))));
     for l in Layout::ALL {
         assert_eq!(l.name().parse::<Layout>().unwrap(), l);
@@ -714,6 +714,19 @@ fn a_file_pool_refuses_page_sizes_outside_the_documented_range() {
 }
 
 #[test]
+fn a_memory_pool_refuses_page_sizes_outside_the_documented_range() {
+    // PoolConfig::page_size: "a power of two, 4 KiB to 64 KiB"; usize::MAX panicked in
+    // frame_layout and 0 made a pool of empty pages.
+    for page_size in [0usize, 100, 4095, 12288, 131072, usize::MAX] {
+        let p = Pool::memory(page_size, false);
+        assert!(matches!(p, Err(Error::InvalidArgument(_))), "page size {page_size}: {p:?}");
+    }
+    for page_size in [4096usize, 8192, 16384, 32768, 65536] {
+        assert_eq!(Pool::memory(page_size, true).unwrap().page_size(), page_size);
+    }
+}
+
+#[test]
 fn a_pool_asked_for_no_memory_gets_min_frames_and_works() {
     let (_d, p) = file_pool(4096, Some(0), 0);
     let p = p.unwrap();
@@ -722,7 +735,7 @@ fn a_pool_asked_for_no_memory_gets_min_frames_and_works() {
     assert_eq!(p.stats().page_size, 4096);
     let (_d2, p2) = file_pool(4096, None, 0);
     assert!(!p2.unwrap().evicts());
-    let m = Pool::memory(4096, false);
+    let m = Pool::memory(4096, false).unwrap();
     assert!(!m.evicts());
     assert_eq!(m.stats().capacity_pages, 0);
     // A tree in a pool of the fewest frames works and stays within it.

@@ -184,9 +184,9 @@ impl BTree {
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        // Checked before the pool is made: a pool of an impossible page size cannot be built.
+        // Checked before the pool is made, so that a bad prefetch depth is reported as such.
         config.validate()?;
-        BTree::bulk_load_in(config, crate::buffer::Pool::memory(config.page_size, config.huge_pages), entries)
+        BTree::bulk_load_in(config, crate::buffer::Pool::memory(config.page_size, config.huge_pages)?, entries)
     }
 
     /// [`BTree::bulk_load`] into a tree whose pages live in `pool`. Pages are written as they

@@ -200,7 +200,7 @@ impl BTree {
     /// An empty tree.
     pub fn new(config: TreeConfig) -> Result<BTree> {
         config.validate()?;
-        BTree::with_pool(config, Pool::memory(config.page_size, config.huge_pages))
+        BTree::with_pool(config, Pool::memory(config.page_size, config.huge_pages)?)
     }
 
     /// An empty tree whose pages live in `pool`, which must have the configured page size.

@@ -176,9 +176,11 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool that never evicts (no file): every page stays in memory.
-    pub fn memory(page_size: usize, huge_pages: bool) -> Arc<Pool> {
-        Pool::build(PoolConfig { page_size, cache_bytes: None, row_cache_bytes: 0, huge_pages }, None)
+    /// A pool that never evicts (no file): every page stays in memory. Fails with
+    /// [`Error::InvalidArgument`] for a page size outside [`PoolConfig::page_size`]'s range.
+    pub fn memory(page_size: usize, huge_pages: bool) -> Result<Arc<Pool>> {
+        check_page_size(page_size)?;
+        Ok(Pool::build(PoolConfig { page_size, cache_bytes: None, row_cache_bytes: 0, huge_pages }, None))
     }
 
     /// A pool of at most `config.cache_bytes` of frames over a new, empty page file created at

@@ -227,7 +227,7 @@ fn readers_writers_and_the_evictor_agree_on_every_page() {
 
 #[test]
 fn a_memory_pool_never_evicts() {
-    let pool = Pool::memory(PAGE, false);
+    let pool = Pool::memory(PAGE, false).unwrap();
     for _ in 0..1000 {
         let _ = pool.alloc(Kind::Leaf).unwrap();
     }

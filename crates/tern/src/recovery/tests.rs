@@ -53,7 +53,7 @@ fn log() -> impl Strategy<Value = Vec<Rec>> {
 
 fn replayed(log: &[Rec], snapshot: u64, batch_bytes: usize) -> Vec<BTreeMap<Vec<u8>, Vec<u8>>> {
     let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
-    let pool = Pool::memory(config.page_size, false);
+    let pool = Pool::memory(config.page_size, false).unwrap();
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
     replay(&mut tables, snapshot, config, &pool, batch_bytes, false, |replay| {
         for r in log {
@@ -77,7 +77,7 @@ type Probe = (u32, Vec<u8>, Vec<u8>, (u8, u8));
 fn deferred_then_probed(log: &[Rec], snapshot: u64, batch_bytes: usize, probes: &[Probe]) -> Vec<Map> {
     use std::ops::Bound::{Excluded, Included, Unbounded};
     let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
-    let pool = Pool::memory(config.page_size, false);
+    let pool = Pool::memory(config.page_size, false).unwrap();
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
     let ((), last) = replay(&mut tables, snapshot, config, &pool, batch_bytes, true, |replay| {
         for r in log {
@@ -177,7 +177,7 @@ proptest! {
 fn a_write_to_a_table_that_does_not_exist_names_it() {
     let log = [Rec::Commit(1, vec![(2, b"k".to_vec(), None)])];
     let config = TreeConfig::DEFAULT;
-    let pool = Pool::memory(config.page_size, false);
+    let pool = Pool::memory(config.page_size, false).unwrap();
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
     let err = replay(&mut tables, 0, config, &pool, 1 << 20, false, |replay| Ok(replay.record(as_record(&log[0]))))
         .unwrap()
@@ -189,7 +189,7 @@ fn a_write_to_a_table_that_does_not_exist_names_it() {
 #[test]
 fn a_key_the_tree_refuses_is_refused_where_it_is_read() {
     let config = TreeConfig { page_size: 4096, ..TreeConfig::DEFAULT };
-    let pool = Pool::memory(config.page_size, false);
+    let pool = Pool::memory(config.page_size, false).unwrap();
     let mut tables = vec![(0, String::new(), BTree::with_pool(config, pool.clone()).unwrap())];
     for key in [vec![], vec![7u8; 513]] {
         let rec = Rec::Commit(1, vec![(0, key.clone(), Some(b"v".to_vec()))]);
@@ -263,7 +263,7 @@ fn replay_batches_are_an_eighth_of_the_cache_within_bounds() {
     assert_eq!(batch(1 << 30, 256 << 20), 256 << 20, "a log of a quarter of the cache is one batch");
     assert!((120 << 20..=128 << 20).contains(&batch(1 << 30, 1 << 30)), "a log as large as the cache is not");
     assert_eq!(batch(64 << 30, 0), MAX_BATCH_BYTES);
-    assert_eq!(batch_bytes(&Pool::memory(4096, false), 256 << 20), BATCH_BYTES);
+    assert_eq!(batch_bytes(&Pool::memory(4096, false).unwrap(), 256 << 20), BATCH_BYTES);
 }
 
 /// Holds every `tern-redo` thread started meanwhile (`db::HOLD_REDO`) until dropped.
