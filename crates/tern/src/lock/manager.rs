@@ -74,7 +74,9 @@ impl std::fmt::Debug for LockManager {
 
 impl LockManager {
     /// Creates a lock manager. Fails with [`Error::InvalidArgument`] for a partition count
-    /// above 65536 or a zero detector interval or timeout.
+    /// above 65536 or a zero detector interval or timeout, and with
+    /// [`Error::TooManyLatchClasses`] if the process's latch class table
+    /// ([`MAX_CLASSES`](crate::sync::MAX_CLASSES)) is full before its `lock.*` classes are in it.
     pub fn new(config: LockConfig) -> Result<LockManager> {
         let mut config = config;
         if config.partitions == 0 {

@@ -124,7 +124,8 @@ pub enum DeadlockPolicy {
     /// By a background thread, every interval (requests that wait do not pay for detection).
     Periodic(Duration),
     /// No detection: a [`Wait::Forever`] request waits at most this long, then fails with
-    /// [`Error::LockTimeout`](crate::Error::LockTimeout).
+    /// [`Error::LockTimeout`](crate::Error::LockTimeout). A [`Wait::Timeout`] request keeps its
+    /// own timeout.
     Timeout(Duration),
 }
 

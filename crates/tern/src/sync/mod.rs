@@ -11,8 +11,9 @@
 //!
 //! ## Waiting
 //! A latch that cannot be taken at once waits as its [`LatchClass`]'s [`SpinConfig`] says:
-//! PAUSE-spin with exponential backoff then park (default), `sched_yield` spinning, parking at
-//! once, or an adaptive spin limit (`spin.rs` explains each). Sleeping uses a global parking table
+//! adaptively (the default: PAUSE rounds, then `sched_yield` calls, each phase as long as this
+//! thread has found it to pay, then park), PAUSE-spin with exponential backoff then park,
+//! `sched_yield` spinning, or parking at once (`spin.rs` explains each). Sleeping uses a global parking table
 //! keyed by the latch's address (`park.rs`), so a latch is a single word. What a PAUSE and a
 //! park/unpark round trip cost on the running CPU is measured once per process
 //! ([`calibration`], `calibrate.rs`), since PAUSE's latency differs tenfold between CPUs.

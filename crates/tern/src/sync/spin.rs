@@ -67,7 +67,8 @@ pub enum SpinPolicy {
     Yield = 1,
     /// Park immediately.
     Park = 2,
-    /// `Pause`, with the spin limit tuned from recent spin success.
+    /// The default: PAUSE rounds, then `sched_yield` calls, each phase sized by what this
+    /// thread has learned of the class's waits (no PAUSE phase on a crowded CPU), then park.
     Adaptive = 3,
 }
 
