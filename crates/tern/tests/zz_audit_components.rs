@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tern::btree::{BTree, Layout, TreeConfig, MAX_VALUE};
 use tern::buffer::{Pool, PoolConfig, MIN_FRAMES};
-use tern::lock::{DeadlockPolicy, LockConfig, LockManager, LockMode, LockObject, VictimPolicy, Wait};
+use tern::lock::{DeadlockPolicy, LockConfig, LockManager, LockMode, LockObject, LockerLookup, VictimPolicy, Wait};
 use tern::sync::{HybridLatch, LatchClass, Mutex, RwLatch, SpinConfig, SpinPolicy};
 use tern::Error;
 
@@ -148,6 +148,38 @@ fn latch_classes_have_names_default_first_and_stats() {
     assert_eq!(s.since(&s), tern::sync::LatchStats { class: "audit.names", ..Default::default() });
 }
 
+#[test]
+fn restarts_and_revocations_are_counted_per_class_as_documented() {
+    let class = LatchClass::register("audit.counters").unwrap();
+    let before = tern::sync::class_stats(class);
+    let h = HybridLatch::with_class(std::sync::atomic::AtomicU64::new(0), class);
+    assert_eq!(h.class(), class);
+    let o = h.optimistic();
+    drop(h.exclusive());
+    assert!(o.validate().is_err());
+    let o = h.optimistic();
+    drop(h.exclusive());
+    assert!(o.into_shared().is_err());
+    let o = h.optimistic();
+    drop(h.exclusive());
+    assert!(o.into_exclusive().is_err());
+    let o = h.optimistic();
+    assert!(o.validate().is_ok());
+    let l = RwLatch::with_class(0u8, class);
+    drop(l.read());
+    assert!(l.is_reader_biased(), "a reader (re)biases a latch nobody wrote lately");
+    drop(l.write());
+    assert!(!l.is_reader_biased());
+    let unbiased = RwLatch::with_options(0u8, class, false);
+    drop(unbiased.read());
+    assert!(!unbiased.is_reader_biased());
+    drop(unbiased.write());
+    let d = tern::sync::class_stats(class).since(&before);
+    // LatchStats: restarts are "failed optimistic validations", revocations "reader-bias
+    // revocations"; both always counted. Nothing waited.
+    assert_eq!((d.restarts, d.revocations, d.contended, d.parks), (3, 1, 0, 0), "{d:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // lock
 // ---------------------------------------------------------------------------------------------
@@ -201,24 +233,38 @@ fn the_compatibility_matrix_holds_through_the_manager_for_ids_and_bytes() {
     let expected = |a: LockMode, b: LockMode| -> bool {
         matches!((a, b), (IS, IS) | (IS, IX) | (IS, S) | (IS, SIX) | (IX, IS) | (IX, IX) | (S, IS) | (S, S) | (SIX, IS))
     };
-    let m = lm();
-    let mut n = 0u64;
-    for a in LockMode::ALL {
-        for b in LockMode::ALL {
-            assert_eq!(a.compatible(b), expected(a, b), "{a} {b}");
-            n += 1;
-            let (x, y) = (m.locker(), m.locker());
-            m.lock(&x, n, a, Wait::No).unwrap();
-            let got = m.lock(&y, n, b, Wait::No);
-            assert_eq!(got.is_ok(), expected(a, b), "{a} held, {b} asked: {got:?}");
-            if got.is_err() {
-                assert!(matches!(got, Err(Error::WouldBlock)));
+    let configs = [
+        LockConfig::default(),
+        LockConfig {
+            fast_shared: false,
+            barging: false,
+            spinning_waiters: 0,
+            locker_lookup: LockerLookup::GlobalMutex,
+            partitions: 1,
+            ..LockConfig::default()
+        },
+    ];
+    for config in configs {
+        let m = LockManager::new(config).unwrap();
+        let mut n = 0u64;
+        for a in LockMode::ALL {
+            for b in LockMode::ALL {
+                assert_eq!(a.compatible(b), expected(a, b), "{a} {b}");
+                n += 1;
+                let (x, y) = (m.locker(), m.locker());
+                m.lock(&x, n, a, Wait::No).unwrap();
+                let got = m.lock(&y, n, b, Wait::No);
+                assert_eq!(got.is_ok(), expected(a, b), "{a} held, {b} asked: {got:?}");
+                if got.is_err() {
+                    assert!(matches!(got, Err(Error::WouldBlock)));
+                }
+                let key = format!("k{n}");
+                m.lock(&x, key.as_str(), a, Wait::No).unwrap();
+                assert_eq!(m.lock(&y, key.as_str(), b, Wait::No).is_ok(), expected(a, b));
             }
-            let key = format!("k{n}");
-            m.lock(&x, key.as_str(), a, Wait::No).unwrap();
-            assert_eq!(m.lock(&y, key.as_str(), b, Wait::No).is_ok(), expected(a, b));
         }
     }
+    let m = lm();
     // Ids and byte strings are separate name spaces.
     let (x, y) = (m.locker(), m.locker());
     m.lock(&x, LockObject::Id(1), X, Wait::No).unwrap();
@@ -367,6 +413,31 @@ fn lock_stats_count_what_their_docs_say() {
 }
 
 #[test]
+fn readers_of_one_object_get_fast_grants_and_a_writer_revokes_them() {
+    within(20, || {
+        let m = lm();
+        let readers: Vec<_> = (0..12).map(|_| m.locker()).collect();
+        for r in &readers {
+            m.lock(r, b"hot", LockMode::S, Wait::No).unwrap();
+        }
+        let s = m.stats();
+        assert!(s.fast_grants > 0, "readers past the bias threshold take fast slots: {s:?}");
+        let w = m.locker();
+        assert!(matches!(m.lock(&w, b"hot", LockMode::X, Wait::No), Err(Error::WouldBlock)));
+        let s = m.stats();
+        assert!(s.revocations >= 1, "{s:?}");
+        // Every reader still holds its lock after the revocation, and releases it once.
+        for r in &readers {
+            assert_eq!(r.locks_held(), 1);
+            assert!(matches!(m.lock(&w, b"hot", LockMode::X, Wait::No), Err(Error::WouldBlock)));
+            m.unlock(r, b"hot").unwrap();
+            assert!(matches!(m.unlock(r, b"hot"), Err(Error::LockNotHeld)));
+        }
+        m.lock(&w, b"hot", LockMode::X, Wait::No).unwrap();
+    });
+}
+
+#[test]
 fn fifty_thousand_objects_in_one_locker_and_a_locker_outliving_its_manager() {
     within(25, || {
         let m = lm();
@@ -501,6 +572,34 @@ fn key_and_value_limits_are_enforced_as_documented() {
         let k2 = vec![0x00u8; max];
         assert!(t.insert(&k2, b"small").unwrap());
         assert_eq!(t.range(..).count(), 2);
+        t.check().unwrap();
+    }
+}
+
+#[test]
+fn values_around_the_inline_limit_and_keys_at_the_maximum_round_trip() {
+    for page_size in [4096usize, 16384] {
+        let t = BTree::new(TreeConfig { page_size, ..TreeConfig::default() }).unwrap();
+        let pages = t.stats().pages;
+        // docs/btree.md: the value inline while key + value <= a quarter page, else overflow.
+        let quarter = page_size / 4;
+        for klen in [1usize, 9, t.max_key_len()] {
+            for total in [quarter - 1, quarter, quarter + 1, quarter + 8, 3 * page_size] {
+                let key = vec![b'k'; klen];
+                let value: Vec<u8> = (0..total - klen).map(|i| i as u8).collect();
+                assert!(t.insert(&key, &value).unwrap());
+                assert_eq!(t.get(&key).unwrap().unwrap(), value, "{klen} {total}");
+                let shorter = &value[..value.len() / 2];
+                assert!(t.upsert(&key, shorter).unwrap());
+                assert_eq!(t.get(&key).unwrap().unwrap(), shorter);
+                assert!(t.upsert(&key, &value).unwrap());
+                assert_eq!(t.get(&key).unwrap().unwrap(), value);
+                assert!(!t.insert(&key, b"x").unwrap(), "present: insert changes nothing");
+                assert_eq!(t.range(..).map(|(_, v)| v).collect::<Vec<_>>(), std::slice::from_ref(&value));
+                assert!(t.delete(&key).unwrap());
+                assert_eq!(t.stats().pages, pages, "overflow pages freed ({klen} {total})");
+            }
+        }
         t.check().unwrap();
     }
 }
