@@ -184,7 +184,7 @@ impl BTree {
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        // Checked before the pool is made, so that a bad prefetch depth is reported as such.
+        // Checked first: the error then speaks of the tree's configuration, not the pool's.
         config.validate()?;
         BTree::bulk_load_in(config, crate::buffer::Pool::memory(config.page_size, config.huge_pages)?, entries)
     }
