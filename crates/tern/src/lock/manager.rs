@@ -12,6 +12,10 @@ use crate::sync::{LatchClass, Mutex, RwLatchWriteGuard};
 use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
+
+/// The most times one locker may hold one object at once (re-entrant locks, upgrades
+/// included); one more `lock` of it is [`Error::InvalidArgument`].
+pub const MAX_HOLDS: u32 = u32::MAX - 1;
 use std::sync::atomic::{
     AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
@@ -129,12 +133,14 @@ impl LockManager {
     ///
     /// Re-entrant: a locker may lock an object it holds again, in the same or another mode; it
     /// then holds the join of the modes (S then IX gives SIX, S then X gives X: an upgrade,
-    /// which waits ahead of new requests) and must `unlock` once per successful `lock`.
+    /// which waits ahead of new requests) and must `unlock` once per successful `lock`. It may
+    /// hold one object at most [`MAX_HOLDS`] times at once.
     ///
     /// Errors: [`Error::WouldBlock`] (with [`Wait::No`], the lock is not free),
     /// [`Error::LockTimeout`], [`Error::Deadlock`] (this request was chosen as the victim of a
     /// deadlock; the locker keeps every lock it already held, in the modes it held them), and
-    /// [`Error::InvalidArgument`] for a locker of another manager.
+    /// [`Error::InvalidArgument`] for a locker of another manager or a lock past
+    /// [`MAX_HOLDS`].
     pub fn lock<'a>(
         &self,
         locker: &Locker,
@@ -151,6 +157,9 @@ impl LockManager {
         let mut local = locker.local.borrow_mut();
         if let Some(i) = local.find(h, object) {
             let r = local.get_mut(i);
+            if r.count >= MAX_HOLDS {
+                return Err(Error::InvalidArgument(format!("a locker holds one object at most {MAX_HOLDS} times")));
+            }
             if r.mode.covers(mode) {
                 r.count += 1;
                 return Ok(());

@@ -92,7 +92,7 @@ mod loom_tests;
 mod tests;
 
 pub use locker::Locker;
-pub use manager::LockManager;
+pub use manager::{LockManager, MAX_HOLDS};
 pub use mode::LockMode;
 pub use object::LockObject;
 

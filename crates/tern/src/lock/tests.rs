@@ -82,6 +82,27 @@ fn reentrant_locks_need_one_unlock_each_and_join_modes() {
     assert!(matches!(lm.unlock(&a, "never"), Err(Error::LockNotHeld)));
 }
 
+/// One locker holds one object at most `MAX_HOLDS` times: one more lock, of any mode (an
+/// upgrade too), is refused with `InvalidArgument` and leaves the holds as they were. (The
+/// count is set near the limit directly: reaching it takes 2^32 calls.)
+#[test]
+fn a_lock_past_the_most_holds_of_one_object_is_refused() {
+    let lm = manager(true);
+    let a = lm.locker();
+    lm.lock(&a, "t", LockMode::S, Wait::No).unwrap();
+    {
+        let mut local = a.local.borrow_mut();
+        let i = local.find(super::object::hash(LockObject::from("t")), LockObject::from("t")).unwrap();
+        local.get_mut(i).count = MAX_HOLDS - 1;
+    }
+    lm.lock(&a, "t", LockMode::S, Wait::No).unwrap(); // the last one allowed
+    for mode in [LockMode::S, LockMode::X] {
+        assert!(matches!(lm.lock(&a, "t", mode, Wait::No), Err(Error::InvalidArgument(_))), "{mode:?}");
+    }
+    let b = lm.locker();
+    lm.lock(&b, "t", LockMode::S, Wait::No).unwrap(); // still S, not upgraded
+}
+
 #[test]
 fn wrong_manager_and_dropped_lockers() {
     let (lm, other) = (manager(true), manager(true));
