@@ -164,6 +164,17 @@ impl WriteBack {
     }
 }
 
+/// The operating system's memory page size (`sysconf(_SC_PAGESIZE)`, 4 KiB where unknown):
+/// `madvise` ranges start on it.
+pub(crate) fn os_page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: `sysconf` reads a configuration value; no memory is passed.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
+    })
+}
+
 /// A handle to fault in a mapping's pages ahead of its stores ([`Mapping::populate_handle`]).
 #[derive(Debug)]
 pub struct Populate {
@@ -175,13 +186,14 @@ impl Populate {
     /// (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14 and later), so that the stores that come
     /// later find them mapped. The caller passes a range the file had allocated when it took
     /// the range; the bytes are left as they are. A hint: a failure (an older kernel, a range
-    /// past a file cut since) is ignored, and elsewhere than Linux nothing happens.
-    pub fn populate(&self, offset: usize, len: usize) {
-        let page = 4096;
+    /// past a file cut since) is ignored, and elsewhere than Linux nothing happens; the result
+    /// says whether the kernel faulted the whole range in.
+    pub fn populate(&self, offset: usize, len: usize) -> bool {
+        let page = os_page_size();
         let from = offset / page * page;
         let to = offset.saturating_add(len).min(self.region.len);
         if from >= to {
-            return;
+            return false;
         }
         #[cfg(target_os = "linux")]
         // SAFETY: `from..to` lies within the region this handle keeps mapped (`to` is clamped
@@ -189,8 +201,10 @@ impl Populate {
         // page-aligned). Populating changes no byte, so it races with no store; a page past the
         // file's end gets `EFAULT`, not a signal.
         unsafe {
-            libc::madvise(self.region.ptr.as_ptr().add(from).cast(), to - from, libc::MADV_POPULATE_WRITE);
+            libc::madvise(self.region.ptr.as_ptr().add(from).cast(), to - from, libc::MADV_POPULATE_WRITE) == 0
         }
+        #[cfg(not(target_os = "linux"))]
+        false
     }
 }
 
@@ -854,21 +868,35 @@ mod tests {
     fn populating_a_mapping_changes_no_byte_and_outlives_it_safely() {
         let dir = tempfile::tempdir().unwrap();
         let mut file = StdFs.create(&dir.path().join("f")).unwrap();
-        let Some(mut map) = file.map(1 << 20).unwrap() else {
+        let Some(mut map) = file.map(8 << 20).unwrap() else {
             return; // a file system that does not map: nothing to check
         };
-        map.allocate(256 << 10).unwrap();
-        for (i, b) in map.bytes().iter_mut().enumerate() {
+        map.allocate(8 << 20).unwrap();
+        let handle = map.populate_handle();
+        let page = os_page_size();
+        let resident = |offset: usize| {
+            let mut v = 0u8;
+            // SAFETY: one page of the region `handle` keeps mapped (offset below its length,
+            // page-aligned); `mincore` writes one status byte for it into `v`.
+            let rc = unsafe { libc::mincore(handle.region.ptr.as_ptr().add(offset).cast(), page, &mut v) };
+            rc == 0 && v & 1 == 1
+        };
+        // Checked before any store (a store's fault may read the file ahead into memory).
+        let ahead = 6 << 20;
+        assert!(!resident(ahead), "an untouched page is not in memory before");
+        if handle.populate(ahead, 64 << 10) {
+            assert!(resident(ahead) && resident(ahead + (64 << 10) - page), "the range is in memory after");
+        }
+        for (i, b) in map.bytes()[..256 << 10].iter_mut().enumerate() {
             *b = (i % 251) as u8;
         }
-        let handle = map.populate_handle();
-        handle.populate(0, 64 << 10);
-        handle.populate(100, 1 << 20); // unaligned start, past the allocated part and the file
-        handle.populate(2 << 20, 4096); // wholly past the mapping: nothing
-        assert!(map.bytes().iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        let _ = handle.populate(100, 64 << 10); // an unaligned start, over bytes just stored
+        assert!(!handle.populate(16 << 20, 4096), "wholly past the mapping: nothing");
+        assert!(map.bytes()[..256 << 10].iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        assert!(map.bytes()[256 << 10..].iter().all(|&b| b == 0), "populated pages read as zeros");
         drop(map);
         file.set_len(4096).unwrap(); // the file cut under the handle's pages
-        handle.populate(0, 1 << 20);
+        assert!(!handle.populate(0, 8 << 20), "past the file's end: an error, no signal");
         drop(handle);
         let bytes = StdFs.read_all(&dir.path().join("f")).unwrap();
         assert_eq!(bytes.len(), 4096);

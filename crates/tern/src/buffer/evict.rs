@@ -11,9 +11,10 @@
 //! * Write-back copies the page under an optimistic read (writers are not blocked during the
 //!   I/O), writes the copy, and clears DIRTY only if the version did not move meanwhile.
 //! * The background evictor wakes when free frames fall below the low watermark and evicts
-//!   until they reach the high one. While the pool still grows it also faults in the frame
-//!   memory a few MiB ahead of the frames taken (`frames::prefault`), so that neither a
-//!   loader nor a writer splitting pages takes the faults (huge pages: 2 MiB zeroed each). A thread that finds no free frame evicts one small batch
+//!   until they reach the high one. While the pool grows (below the frames it keeps once the
+//!   row cache has its share) it also faults in the frame memory a few MiB ahead of the
+//!   frames taken (`frames::prefault`), so that neither a loader nor a writer splitting pages
+//!   takes the faults (huge pages: 2 MiB zeroed each). A thread that finds no free frame evicts one small batch
 //!   itself ([`SMALL_BATCH`]), never the pool; application threads are not pulled into
 //!   bulk eviction (WiredTiger's WT-15211 is the stall this avoids).
 
@@ -82,8 +83,9 @@ impl Evictor {
             let Some(pool) = weak.upgrade() else { return };
             let ranges = std::mem::take(&mut *signal.prefault.lock().unwrap_or_else(|p| p.into_inner()));
             for (at, len) in ranges {
-                // Arena memory of `pool`, which lives at least as long as this loop holds it.
-                super::frames::prefault(at, len);
+                // SAFETY: a range `Arena::prefault_due` gave for `pool`'s arena (`take_frame`),
+                // whose mappings live as long as the pool, which this loop holds.
+                unsafe { super::frames::prefault(at, len) };
             }
             if pool.shrinking() {
                 // Errors leave pages where they are: the next round tries again.
@@ -119,6 +121,9 @@ impl Evictor {
             return;
         }
         self.signal.prefault.lock().unwrap_or_else(|p| p.into_inner()).push((at, len));
+        // Under the mutex the thread checks `wanted` under before it waits: no wake-up is lost
+        // (a late prefault is a useless one).
+        let _stop = self.signal.stop.lock().unwrap_or_else(|p| p.into_inner());
         if !self.signal.wanted.swap(true, Relaxed) {
             self.signal.wake.notify_one();
         }

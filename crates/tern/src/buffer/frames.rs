@@ -237,8 +237,9 @@ pub(crate) fn advise_huge_pages<T>(buf: &mut Vec<T>) {
 /// `start..start + len` must be frame blocks of one mapping that no page holds any more
 /// (retired frames); bytes of the range's partial first and last pages stay as they are.
 pub(crate) fn release(start: NonNull<u8>, len: usize) {
-    let from = start.as_ptr().addr().next_multiple_of(SMALL_PAGE);
-    let to = (start.as_ptr().addr() + len) / SMALL_PAGE * SMALL_PAGE;
+    let page = crate::fs::os_page_size();
+    let from = start.as_ptr().addr().next_multiple_of(page);
+    let to = (start.as_ptr().addr() + len) / page * page;
     if to <= from {
         return;
     }
@@ -259,27 +260,33 @@ pub(crate) fn release(start: NonNull<u8>, len: usize) {
 
 /// How far ahead of the blocks taken the arena's newest mapping is faulted in, by the
 /// background evictor ([`Arena::prefault_due`], [`prefault`]): a frame's first store otherwise
-/// takes the fault, and with huge pages the fault zeroes 2 MiB (a fifth of a bulk load's time
-/// on one thread here, and slower still where the host backs a guest's memory on first touch).
+/// takes the fault, and with huge pages the fault zeroes 2 MiB on the thread that needs the
+/// frame.
 pub(crate) const PREFAULT_AHEAD: usize = 4 << 20;
 
-/// Faults in, for writing, the 4 KiB pages that `at..at + len` touches (`madvise`
-/// `MADV_POPULATE_WRITE`, Linux 5.14 and later): `at..at + len` must lie in one of a live
-/// arena's mappings (from [`Arena::prefault_due`], the pool kept alive meanwhile). No byte
-/// changes (a page already there stays as it is), so blocks in use there are not disturbed. A
-/// hint: a failure is ignored, and elsewhere than Linux nothing happens.
-pub(crate) fn prefault(at: usize, len: usize) {
-    let from = at / SMALL_PAGE * SMALL_PAGE;
-    let to = (at + len).next_multiple_of(SMALL_PAGE);
-    if to <= from {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: `from..to` lies within one mapping of a live arena (the caller's contract; the
-    // mappings are page-granular, so rounding out to whole pages stays inside), and populating
-    // changes no byte of it: no store anyone makes there is lost or raced.
-    unsafe {
-        libc::madvise(std::ptr::without_provenance_mut::<libc::c_void>(from), to - from, libc::MADV_POPULATE_WRITE);
+/// Faults in, for writing, the memory pages that `at..at + len` touches (`madvise`
+/// `MADV_POPULATE_WRITE`, Linux 5.14 and later), a huge page's worth per call (the kernel
+/// holds the process's memory-map lock for a call: other threads' `mmap` and `munmap` wait).
+/// No byte changes: a page already there stays as it is, so blocks in use in the range are not
+/// disturbed. A hint: a failure is ignored, and elsewhere than Linux nothing happens.
+///
+/// # Safety
+/// `at..at + len` lies in one mapping of an arena that stays alive during the call (a range
+/// from [`Arena::prefault_due`], its pool held meanwhile).
+pub(crate) unsafe fn prefault(at: usize, len: usize) {
+    let page = crate::fs::os_page_size();
+    let mut from = at / page * page;
+    let to = (at + len).next_multiple_of(page);
+    while from < to {
+        let step = (to - from).min(HUGE_PAGE);
+        #[cfg(target_os = "linux")]
+        // SAFETY: `from..from + step` lies within one mapping of a live arena (the caller's
+        // contract; the mappings are made of whole pages, so rounding out to them stays inside),
+        // and populating changes no byte of it: no store anyone makes there is lost or raced.
+        unsafe {
+            libc::madvise(std::ptr::without_provenance_mut::<libc::c_void>(from), step, libc::MADV_POPULATE_WRITE);
+        }
+        from += step;
     }
 }
 

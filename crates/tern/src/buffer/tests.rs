@@ -250,7 +250,8 @@ fn prefaulting_runs_ahead_of_the_blocks_taken_and_changes_no_byte() {
     let (at, len) = arena.prefault_due(usize::MAX).expect("a range ahead");
     assert!(at <= first.as_ptr().addr() + block && len > 0);
     let end = at + len;
-    frames::prefault(at, len);
+    // SAFETY: a range of this arena, alive throughout.
+    unsafe { frames::prefault(at, len) };
     assert!(used.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8), "the block in use is unchanged");
     assert_eq!(arena.prefault_due(usize::MAX), None, "the range ahead is handed out once");
     let mut covered = vec![(at, end)];
@@ -262,7 +263,8 @@ fn prefaulting_runs_ahead_of_the_blocks_taken_and_changes_no_byte() {
             assert!(len <= 4 * block, "at most the blocks still to make");
             assert!(covered.iter().all(|&(a, e)| at + len <= a || e <= at), "each range once");
             covered.push((at, at + len));
-            frames::prefault(at, len);
+            // SAFETY: as above.
+            unsafe { frames::prefault(at, len) };
         }
     }
     assert!(covered.len() > 2, "the ranges kept running ahead, into new mappings too");

@@ -514,7 +514,7 @@ impl Wal {
             handle.start(from, len);
         }
         if let Some((handle, from, len)) = populate {
-            handle.populate(from, len);
+            let _ = handle.populate(from, len); // a hint
         }
         Ok((ts, end))
     }
