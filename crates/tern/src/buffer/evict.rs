@@ -11,10 +11,7 @@
 //! * Write-back copies the page under an optimistic read (writers are not blocked during the
 //!   I/O), writes the copy, and clears DIRTY only if the version did not move meanwhile.
 //! * The background evictor wakes when free frames fall below the low watermark and evicts
-//!   until they reach the high one. While the pool grows (below the frames it keeps once the
-//!   row cache has its share) it also faults in the frame memory a few MiB ahead of the
-//!   frames taken (`frames::prefault`), so that neither a loader nor a writer splitting pages
-//!   takes the faults (huge pages: 2 MiB zeroed each). A thread that finds no free frame evicts one small batch
+//!   until they reach the high one. A thread that finds no free frame evicts one small batch
 //!   itself ([`SMALL_BATCH`]), never the pool; application threads are not pulled into
 //!   bulk eviction (WiredTiger's WT-15211 is the stall this avoids).
 
@@ -41,8 +38,6 @@ struct Signal {
     stop: StdMutex<bool>,
     wake: Condvar,
     wanted: AtomicBool,
-    /// Ranges of new frame memory to fault in ([`Evictor::prefault`]).
-    prefault: StdMutex<Vec<(usize, usize)>>,
 }
 
 /// The background evictor's thread and its doorbell.
@@ -81,12 +76,6 @@ impl Evictor {
             }
             signal.wanted.store(false, Relaxed);
             let Some(pool) = weak.upgrade() else { return };
-            let ranges = std::mem::take(&mut *signal.prefault.lock().unwrap_or_else(|p| p.into_inner()));
-            for (at, len) in ranges {
-                // SAFETY: a range `Arena::prefault_due` gave for `pool`'s arena (`take_frame`),
-                // whose mappings live as long as the pool, which this loop holds.
-                unsafe { super::frames::prefault(at, len) };
-            }
             if pool.shrinking() {
                 // Errors leave pages where they are: the next round tries again.
                 let _ = pool.empty_frames_past_capacity();
@@ -108,23 +97,6 @@ impl Evictor {
     /// its row cache); it keeps at it every round until they are all retired.
     pub(crate) fn shrink(&self, pool: &Pool) {
         if pool.evicts() && !self.signal.wanted.swap(true, Relaxed) {
-            self.signal.wake.notify_one();
-        }
-    }
-
-    /// Has the evictor fault in `len` bytes of new frame memory at `at` (from
-    /// [`Arena::prefault_due`](super::frames::Arena::prefault_due)), so that the threads that
-    /// take those frames later do not take the faults. Without the thread (a pool that does not
-    /// evict), nothing: they take them as before.
-    pub(crate) fn prefault(&self, pool: &Pool, at: usize, len: usize) {
-        if !pool.evicts() {
-            return;
-        }
-        self.signal.prefault.lock().unwrap_or_else(|p| p.into_inner()).push((at, len));
-        // Under the mutex the thread checks `wanted` under before it waits: no wake-up is lost
-        // (a late prefault is a useless one).
-        let _stop = self.signal.stop.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.signal.wanted.swap(true, Relaxed) {
             self.signal.wake.notify_one();
         }
     }

@@ -91,9 +91,6 @@ pub(crate) struct Arena {
     tail: Option<(NonNull<u8>, usize)>,
     /// Bytes mapped so far.
     pub(crate) mapped: usize,
-    /// The address up to which the newest mapping was handed out to be faulted in ahead
-    /// ([`Arena::prefault_due`]).
-    prefaulted: usize,
 }
 
 // SAFETY: the arena owns its mappings; the raw pointers are addresses of memory only it hands
@@ -102,14 +99,7 @@ unsafe impl Send for Arena {}
 
 impl Arena {
     pub(crate) fn new(page_size: usize, huge_pages: bool) -> Arena {
-        Arena {
-            block: frame_layout(page_size).size(),
-            huge_pages,
-            chunks: Vec::new(),
-            tail: None,
-            mapped: 0,
-            prefaulted: 0,
-        }
+        Arena { block: frame_layout(page_size).size(), huge_pages, chunks: Vec::new(), tail: None, mapped: 0 }
     }
 
     /// A new block for one frame, zeroed (fresh from the system).
@@ -130,33 +120,9 @@ impl Arena {
                 self.chunks.push((start, len));
                 self.mapped += len;
                 self.tail = Some((start, len));
-                self.prefaulted = start.as_ptr().addr();
                 self.take()
             }
         }
-    }
-}
-
-impl Arena {
-    /// The next range of the newest mapping to fault in ahead of the blocks taken
-    /// ([`PREFAULT_AHEAD`]), if less than one `PREFAULT_AHEAD` is left faulted in past its
-    /// unused tail: `(address, length)`, for [`prefault`] (off the taking thread). At most
-    /// `blocks` more blocks are covered (the frames the pool may still make), so memory the
-    /// pool will never use is not brought in.
-    pub(crate) fn prefault_due(&mut self, blocks: usize) -> Option<(usize, usize)> {
-        let (next, left) = self.tail?;
-        let left = left.min(blocks.saturating_mul(self.block));
-        let (next, end) = (next.as_ptr().addr(), next.as_ptr().addr() + left);
-        if self.prefaulted >= end.min(next + PREFAULT_AHEAD) {
-            return None;
-        }
-        let from = self.prefaulted.max(next);
-        let to = end.min(next + 2 * PREFAULT_AHEAD);
-        if to <= from {
-            return None;
-        }
-        self.prefaulted = to;
-        Some((from, to - from))
     }
 }
 
@@ -256,38 +222,6 @@ pub(crate) fn release(start: NonNull<u8>, len: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (from, to);
-}
-
-/// How far ahead of the blocks taken the arena's newest mapping is faulted in, by the
-/// background evictor ([`Arena::prefault_due`], [`prefault`]): a frame's first store otherwise
-/// takes the fault, and with huge pages the fault zeroes 2 MiB on the thread that needs the
-/// frame.
-pub(crate) const PREFAULT_AHEAD: usize = 4 << 20;
-
-/// Faults in, for writing, the memory pages that `at..at + len` touches (`madvise`
-/// `MADV_POPULATE_WRITE`, Linux 5.14 and later), a huge page's worth per call (the kernel
-/// holds the process's memory-map lock for a call: other threads' `mmap` and `munmap` wait).
-/// No byte changes: a page already there stays as it is, so blocks in use in the range are not
-/// disturbed. A hint: a failure is ignored, and elsewhere than Linux nothing happens.
-///
-/// # Safety
-/// `at..at + len` lies in one mapping of an arena that stays alive during the call (a range
-/// from [`Arena::prefault_due`], its pool held meanwhile).
-pub(crate) unsafe fn prefault(at: usize, len: usize) {
-    let page = crate::fs::os_page_size();
-    let mut from = at / page * page;
-    let to = (at + len).next_multiple_of(page);
-    while from < to {
-        let step = (to - from).min(HUGE_PAGE);
-        #[cfg(target_os = "linux")]
-        // SAFETY: `from..from + step` lies within one mapping of a live arena (the caller's
-        // contract; the mappings are made of whole pages, so rounding out to them stays inside),
-        // and populating changes no byte of it: no store anyone makes there is lost or raced.
-        unsafe {
-            libc::madvise(std::ptr::without_provenance_mut::<libc::c_void>(from), step, libc::MADV_POPULATE_WRITE);
-        }
-        from += step;
-    }
 }
 
 /// Unmaps a chunk from [`map_chunk`].

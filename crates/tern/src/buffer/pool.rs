@@ -716,14 +716,6 @@ impl Pool {
                     self.frame_at(block).index.store(count as u64, Relaxed);
                     self.registry.ensure(count as u32).store(block.as_ptr(), Relaxed);
                     self.frame_count.store(count as u32 + 1, std::sync::atomic::Ordering::Release);
-                    // Never past the frames kept once the row cache has its share: frames
-                    // past them are retired and given back, and prefaulted memory nobody took
-                    // would stay outside the cache's bound.
-                    let prefault = frames.arena.prefault_due(self.frames_share().saturating_sub(count + 1));
-                    drop(frames);
-                    if let Some((at, len)) = prefault {
-                        self.evictor.prefault(self, at, len);
-                    }
                     return Ok(self.frame_at(block));
                 }
             }

@@ -234,38 +234,3 @@ fn a_memory_pool_never_evicts() {
     let s = pool.stats();
     assert_eq!((s.evictions, s.capacity_pages, s.resident_pages, s.live_pages), (0, 0, 1000, 1000));
 }
-
-/// The arena's prefault ranges run ahead of the blocks taken inside the newest mapping, never
-/// past the blocks the pool may still make, each range once; faulting them in changes no byte
-/// of blocks in use, and blocks taken from them read as zeros.
-#[test]
-fn prefaulting_runs_ahead_of_the_blocks_taken_and_changes_no_byte() {
-    let mut arena = frames::Arena::new(PAGE, false);
-    let first = arena.take();
-    let block = arena.block;
-    // SAFETY: a fresh block of the arena, `block` bytes, written only here.
-    let used = unsafe { std::slice::from_raw_parts_mut(first.as_ptr(), block) };
-    used.iter_mut().enumerate().for_each(|(i, b)| *b = (i % 253) as u8);
-    assert_eq!(arena.prefault_due(0), None, "no block left to make: nothing");
-    let (at, len) = arena.prefault_due(usize::MAX).expect("a range ahead");
-    assert!(at <= first.as_ptr().addr() + block && len > 0);
-    let end = at + len;
-    // SAFETY: a range of this arena, alive throughout.
-    unsafe { frames::prefault(at, len) };
-    assert!(used.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8), "the block in use is unchanged");
-    assert_eq!(arena.prefault_due(usize::MAX), None, "the range ahead is handed out once");
-    let mut covered = vec![(at, end)];
-    for _ in 0..200 {
-        let b = arena.take();
-        // SAFETY: a fresh block of the arena, read only.
-        assert!(unsafe { std::slice::from_raw_parts(b.as_ptr(), block) }.iter().all(|&x| x == 0));
-        if let Some((at, len)) = arena.prefault_due(4) {
-            assert!(len <= 4 * block, "at most the blocks still to make");
-            assert!(covered.iter().all(|&(a, e)| at + len <= a || e <= at), "each range once");
-            covered.push((at, at + len));
-            // SAFETY: as above.
-            unsafe { frames::prefault(at, len) };
-        }
-    }
-    assert!(covered.len() > 2, "the ranges kept running ahead, into new mappings too");
-}
