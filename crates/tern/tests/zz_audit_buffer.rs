@@ -729,6 +729,34 @@ fn a_bulk_load_many_times_the_smallest_cache_matches_its_input() {
     assert_table_matches(&db, &table, &model, &mut rng, "loaded, reopened");
 }
 
+/// A page read that fails (EIO) fails the read with `Error::Io`, the page is readable again
+/// once the disk is, and `BufferStats::io_errors` ("page reads or writes that failed") counts it.
+#[test]
+fn a_failed_page_read_is_an_io_error_and_is_counted_in_io_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = tern::fs::FaultFs::new();
+    let faults = fs.faults.clone();
+    let db = Db::open_with_fs(dir.path(), small(0), std::sync::Arc::new(fs)).unwrap();
+    let mut t = db.begin().unwrap();
+    for i in 0..2000u32 {
+        t.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
+    }
+    t.commit().unwrap();
+    db.gc();
+    db.checkpoint().unwrap();
+    // Touch the last keys so that the first leaves are the ones on disk.
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.range(&1900u32.to_be_bytes()[..]..).unwrap().count(), 100);
+    let before = db.stats().buffer;
+    faults.fail_reads.store(true, std::sync::atomic::Ordering::Relaxed);
+    let got = r.get(&0u32.to_be_bytes());
+    faults.fail_reads.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(got, Err(Error::Io { .. })), "{got:?}");
+    let after = db.stats().buffer;
+    assert!(after.io_errors > before.io_errors, "a failed page read is counted: {before:?} {after:?}");
+    assert_eq!(r.get(&0u32.to_be_bytes()).unwrap(), Some(vec![0; 300]), "readable again");
+}
+
 /// The documented limits: the cache has no maximum and at least 16 frames (`cache_bytes` 0, 1
 /// or `u64::MAX` all open), page sizes are powers of two from 4 KiB to 64 KiB, the row cache
 /// share at most 90%, keys 1 byte to an eighth of a page at every entry point, and keys passed

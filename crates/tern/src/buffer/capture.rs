@@ -284,6 +284,8 @@ impl Capture<'_> {
                     if read.is_ok() {
                         counter.fetch_add(1, Relaxed);
                         meta.set_captured(self.gen);
+                    } else {
+                        pool.counters.io_errors.fetch_add(1, Relaxed);
                     }
                     word.release(EVICTED, false);
                     read?;

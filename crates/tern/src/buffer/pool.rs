@@ -483,6 +483,7 @@ impl Pool {
         let read = file.read_page(pid, facts.latest, crc, &frame.page);
         self.counters.record_read(started.elapsed());
         if let Err(e) = read {
+            self.counters.io_errors.fetch_add(1, Relaxed);
             self.put_frame(frame);
             word.release(EVICTED, false);
             return Err(e);
