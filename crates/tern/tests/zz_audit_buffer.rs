@@ -813,3 +813,37 @@ fn the_documented_limits_of_cache_pages_and_keys_hold_with_typed_errors() {
     assert_eq!(r.range(&huge[..]..&long[..]).unwrap().count(), 0, "an inverted range is empty, not a panic");
     assert_eq!(r.cursor(&huge[..]..&long[..]).unwrap().next().unwrap(), None);
 }
+
+/// `BufferStats::reads` counts "pages read from the page file": those a checkpoint reads back
+/// (`checkpoint_reads`) too, not only the faults (`misses`), as `writes` counts a checkpoint's
+/// writes.
+#[test]
+fn pages_a_checkpoint_reads_back_are_counted_in_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small(0)).unwrap();
+    let mut t = db.begin().unwrap();
+    for i in 0..2000u32 {
+        t.put(&i.to_be_bytes(), &[1; 100]).unwrap();
+    }
+    t.commit().unwrap();
+    db.gc();
+    db.checkpoint().unwrap();
+    // A snapshot keeps versions (chain ids in the leaves) of the keys written next.
+    let r = db.begin_read().unwrap();
+    let mut t = db.begin().unwrap();
+    for i in (0..2000u32).step_by(7) {
+        t.put(&i.to_be_bytes(), &[2; 100]).unwrap();
+    }
+    t.commit().unwrap();
+    // A scan evicts the changed leaves (a 16-frame pool).
+    assert_eq!(r.range(..).unwrap().count(), 2000);
+    let before = db.stats().buffer;
+    let info = db.checkpoint().unwrap().unwrap();
+    let after = db.stats().buffer;
+    let read_back = after.checkpoint_reads - before.checkpoint_reads;
+    assert!(read_back > 0, "the checkpoint read evicted leaves back: {info:?} {after:?}");
+    assert_eq!(after.misses - before.misses, 0, "no fix faulted: {before:?} {after:?}");
+    assert_eq!(after.reads - before.reads, read_back, "reads counts them: {before:?} {after:?}");
+    assert_eq!(after.reads - after.misses, after.checkpoint_reads);
+    drop(r);
+}

@@ -104,7 +104,8 @@ impl Counters {
             file_pages,
             fixes: hits.optimistic + hits.acquisitions,
             misses: self.reads.load(Relaxed),
-            reads: self.reads.load(Relaxed),
+            // Every page read from the file: faults and a checkpoint's read-backs.
+            reads: self.reads.load(Relaxed) + self.capture_reads.load(Relaxed),
             writes: self.writes.load(Relaxed),
             evictions: self.evictions.load(Relaxed),
             write_backs: self.write_backs.load(Relaxed),
@@ -153,7 +154,8 @@ pub struct BufferStats {
     pub fixes: u64,
     /// Fixes that had to read their page from the page file (faults).
     pub misses: u64,
-    /// Pages read from the page file.
+    /// Pages read from the page file: the faults (`misses`) and the pages a checkpoint read
+    /// back (`checkpoint_reads`).
     pub reads: u64,
     /// Pages written to the page file.
     pub writes: u64,
