@@ -264,6 +264,10 @@ pub(crate) struct Durable {
     /// Wakes the checkpointer thread: (asked, stop).
     signal: Arc<(StdMutex<(bool, bool)>, Condvar)>,
     checkpointer: StdMutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held by [`Db::close`] while it stops the checkpointer, counts the handles and restarts
+    /// the thread: two closes at once otherwise cleared each other's stop request while one
+    /// waited for the thread to end (for good).
+    closing: StdMutex<()>,
     _lock: DirLock,
 }
 
@@ -372,6 +376,7 @@ impl Db {
             recovery: stats,
             signal: Arc::new((StdMutex::new((false, false)), Condvar::new())),
             checkpointer: StdMutex::new(None),
+            closing: StdMutex::new(()),
             _lock: lock,
         };
         let mut db = Db::new(Some(dir.to_path_buf()), options, pool, tables, restored, Some(durable))?;
@@ -474,6 +479,8 @@ impl Db {
     /// handle does the same but cannot report, and may leave the release to a background
     /// thread that is finishing a checkpoint). Other handles stay usable.
     pub fn close(self) -> Result<()> {
+        // One close at a time (see `Durable::closing`).
+        let _closing = self.inner.durable.as_ref().map(|d| d.closing.lock().unwrap_or_else(|p| p.into_inner()));
         // The checkpointer holds a handle while it works: stop it first so that the count
         // below is the callers' alone.
         self.inner.stop_checkpointer();
