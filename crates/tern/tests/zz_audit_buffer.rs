@@ -915,3 +915,114 @@ fn handles_closed_at_once_from_several_threads_all_return() {
         }
     });
 }
+
+/// Table names are any UTF-8 of 1 to `MAX_TABLE_NAME` bytes (longer: `InvalidArgument`, at
+/// `create_table` and `load_table`); the longest survive a checkpoint, the log and reopening
+/// with 4 KiB pages, and `tern::recovery::check` lists them.
+#[test]
+fn table_names_up_to_the_longest_survive_reopen_and_longer_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let longest = "n".repeat(tern::MAX_TABLE_NAME);
+    let wide = "é".repeat(tern::MAX_TABLE_NAME / 2); // 2 bytes each
+    let odd = "nul\0 tab\t/slash ✓".to_string();
+    {
+        let mut options = small(0);
+        options.wal.checkpoint_on_close = false; // the log holds the last creations
+        let db = Db::open(dir.path(), options).unwrap();
+        for bad in ["n".repeat(tern::MAX_TABLE_NAME + 1), "é".repeat(tern::MAX_TABLE_NAME / 2 + 1)] {
+            assert!(matches!(db.create_table(&bad), Err(Error::InvalidArgument(_))));
+            assert!(matches!(db.load_table(&bad, [(b"k", b"v")]), Err(Error::InvalidArgument(_))));
+        }
+        let a = db.create_table(&longest).unwrap();
+        db.checkpoint().unwrap();
+        let b = db.load_table(&wide, [(b"k", b"wide")]).unwrap();
+        let c = db.create_table(&odd).unwrap();
+        let mut t = db.begin().unwrap();
+        t.put_in(&a, b"k", b"longest").unwrap();
+        t.put_in(&c, b"k", b"odd").unwrap();
+        t.commit().unwrap();
+        assert_eq!(db.begin_read().unwrap().get_in(&b, b"k").unwrap().as_deref(), Some(&b"wide"[..]));
+        db.close().unwrap();
+    }
+    let report = tern::recovery::check(dir.path()).unwrap();
+    let names: Vec<&str> = report.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["", &longest[..], &wide[..], &odd[..]]);
+    let db = Db::open(dir.path(), small(0)).unwrap();
+    assert_eq!(db.table_names(), ["", &longest[..], &wide[..], &odd[..]]);
+    let r = db.begin_read().unwrap();
+    for (name, v) in [(&longest, &b"longest"[..]), (&wide, b"wide"), (&odd, b"odd")] {
+        assert_eq!(r.get_in(&db.table(name).unwrap(), b"k").unwrap().as_deref(), Some(v));
+    }
+}
+
+/// Bad backup targets and check paths give clear errors: a target that exists (the database
+/// itself too), one inside the database's directory, one without a parent; `check` of an open
+/// database is `Locked`, of a directory that holds no database `InvalidArgument`.
+#[test]
+fn bad_backup_targets_and_check_paths_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::open(&path, small(0)).unwrap();
+    std::fs::create_dir(dir.path().join("exists")).unwrap();
+    for to in [dir.path().join("exists"), path.clone(), path.join("x"), dir.path().join("nope").join("x")] {
+        assert!(matches!(db.backup(&to), Err(Error::InvalidArgument(_))), "{to:?}");
+    }
+    assert!(matches!(tern::recovery::check(&path), Err(Error::Locked { .. })));
+    for not_a_db in [dir.path().join("exists"), dir.path().join("missing")] {
+        assert!(matches!(tern::recovery::check(&not_a_db), Err(Error::InvalidArgument(_))), "{not_a_db:?}");
+    }
+    db.close().unwrap();
+    tern::recovery::check(&path).unwrap();
+}
+
+/// Bulk loads and table creations while a writer commits to another table and a thread runs
+/// checkpoints and collection passes ("a long `Db::load_table` holds up checkpoints, and
+/// through them writers"): nothing deadlocks, and every table is whole.
+#[test]
+fn bulk_loads_and_creations_beside_writers_and_checkpoints_do_not_deadlock() {
+    within(Duration::from_secs(120), || {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), small(0)).unwrap();
+        let busy = db.create_table("busy").unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut written = 0u32;
+        std::thread::scope(|s| {
+            let loader = s.spawn(|| {
+                for n in 0..2u8 {
+                    let entries = (0..800u32).map(|i| (i.to_be_bytes(), vec![n; 200 + (i as usize % 3) * 2000]));
+                    db.load_table(&format!("loaded{n}"), entries).unwrap();
+                    db.create_table(&format!("created{n}")).unwrap();
+                }
+            });
+            let maintenance = s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    db.checkpoint().unwrap();
+                    db.gc();
+                }
+            });
+            while !loader.is_finished() {
+                let mut t = db.begin().unwrap();
+                t.put_in(&busy, &written.to_be_bytes(), &[1; 300]).unwrap();
+                t.commit().unwrap();
+                written += 1;
+            }
+            loader.join().unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            maintenance.join().unwrap();
+        });
+        let r = db.begin_read().unwrap();
+        for n in 0..2u8 {
+            let t = db.table(&format!("loaded{n}")).unwrap();
+            let got: Vec<(Vec<u8>, Vec<u8>)> = r.range_in(&t, ..).unwrap().collect();
+            assert_eq!(got.len(), 800);
+            assert!(got
+                .iter()
+                .enumerate()
+                .all(|(i, (k, v))| k == &(i as u32).to_be_bytes() && v.len() == 200 + (i % 3) * 2000));
+        }
+        assert_eq!(r.range_in(&busy, ..).unwrap().count(), written as usize);
+        drop(r);
+        db.close().unwrap();
+        assert_eq!(tern::recovery::check(dir.path()).unwrap().tables.len(), 6);
+    });
+}
