@@ -1041,3 +1041,119 @@ fn bulk_loads_and_creations_beside_writers_and_checkpoints_do_not_deadlock() {
         assert_eq!(tern::recovery::check(dir.path()).unwrap().tables.len(), 6);
     });
 }
+
+/// Threads that create or load a table of one name at once: exactly one gets the table, the
+/// others `TableExists`; the table is whole and survives reopening.
+#[test]
+fn one_of_several_threads_creating_or_loading_one_table_name_wins() {
+    within(Duration::from_secs(60), || {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), small(0)).unwrap();
+        for round in 0..6u32 {
+            let name = format!("t{round}");
+            let barrier = std::sync::Barrier::new(4);
+            let results: Vec<tern::Result<Table>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..4u32)
+                    .map(|t| {
+                        let (db, name, barrier) = (&db, &name, &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            if t % 2 == 0 {
+                                db.create_table(name)
+                            } else {
+                                db.load_table(name, (0..500u32).map(|i| (i.to_be_bytes(), vec![t as u8; 700])))
+                            }
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let won: Vec<&Table> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+            assert_eq!(won.len(), 1, "round {round}: {results:?}");
+            assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, Error::TableExists { .. })));
+            let n = db.begin_read().unwrap().range_in(won[0], ..).unwrap().count();
+            assert!(n == 0 || n == 500, "round {round}: {n}");
+        }
+        assert_eq!(db.table_names().len(), 7);
+        db.close().unwrap();
+        tern::recovery::check(dir.path()).unwrap();
+    });
+}
+
+/// Point reads answered by the row cache (90% of a small cache) while a writer raises per-key
+/// counters and collection folds the versions: a thread's later snapshot never reads an older
+/// counter than an earlier one did, a snapshot reads each key the same every time, and the
+/// final values are the writer's.
+#[test]
+fn row_cache_reads_under_a_writer_never_go_back_in_time() {
+    within(Duration::from_secs(120), || {
+        const KEYS: u32 = 1500;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options { row_cache_percent: 90, ..small(256 << 10) }).unwrap();
+        let row = |n: u64| {
+            let mut v = n.to_be_bytes().to_vec();
+            v.resize(120, 1);
+            v
+        };
+        let mut t = db.begin().unwrap();
+        for k in 0..KEYS {
+            t.put(&k.to_be_bytes(), &row(0)).unwrap();
+        }
+        t.commit().unwrap();
+        db.gc();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let writes: u32 = std::env::var("TERN_AUDIT_TRANSACTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+        let counters = std::thread::scope(|s| {
+            for id in 0..2u64 {
+                let (db, stop) = (&db, &stop);
+                s.spawn(move || {
+                    let mut rng = Rng(11 + id);
+                    let mut seen = vec![0u64; KEYS as usize];
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let r = db.begin_read().unwrap();
+                        // Skewed: a hot tenth of the keys gets most reads (row cache entries).
+                        let keys: Vec<u32> = (0..30)
+                            .map(|_| if rng.below(4) != 0 { rng.below(u64::from(KEYS) / 10) } else { rng.below(u64::from(KEYS)) } as u32)
+                            .collect();
+                        let first: Vec<u64> = keys
+                            .iter()
+                            .map(|k| u64::from_be_bytes(r.get(&k.to_be_bytes()).unwrap().unwrap()[..8].try_into().unwrap()))
+                            .collect();
+                        for (k, &n) in keys.iter().zip(&first) {
+                            assert!(n >= seen[*k as usize], "key {k}: read {n} after {}", seen[*k as usize]);
+                            seen[*k as usize] = n;
+                        }
+                        for (k, &n) in keys.iter().zip(&first) {
+                            let again = u64::from_be_bytes(r.get(&k.to_be_bytes()).unwrap().unwrap()[..8].try_into().unwrap());
+                            assert_eq!(again, n, "key {k}: a snapshot reads it the same every time");
+                        }
+                    }
+                });
+            }
+            let mut rng = Rng(5);
+            let mut counters = vec![0u64; KEYS as usize];
+            for n in 0..writes {
+                let k =
+                    if rng.below(2) == 0 { rng.below(u64::from(KEYS) / 10) } else { rng.below(u64::from(KEYS)) } as u32;
+                counters[k as usize] += 1;
+                let mut t = db.begin().unwrap();
+                t.put(&k.to_be_bytes(), &row(counters[k as usize])).unwrap();
+                t.commit().unwrap();
+                if n % 25 == 0 {
+                    db.gc();
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            counters
+        });
+        db.gc();
+        let s = db.stats().buffer;
+        assert!(s.row_cache_bytes > 0 && s.row_hits > 0, "the row cache answered reads: {s:?}");
+        let r = db.begin_read().unwrap();
+        for k in 0..KEYS {
+            let v = r.get(&k.to_be_bytes()).unwrap().unwrap();
+            assert_eq!(v, row(counters[k as usize]), "key {k}");
+        }
+        eprintln!("{s:?}");
+    });
+}
