@@ -21,7 +21,7 @@
 //! database can be larger than memory. [`Db::open_temporary`] keeps no files of its own.
 
 use crate::btree::{BTree, TreeConfig, TreeStats};
-use crate::buffer::{BufferStats, Pool, PoolConfig, PAGE_FILE};
+use crate::buffer::{frame_bytes, BufferStats, Pool, PoolConfig, MIN_FRAMES, PAGE_FILE};
 use crate::checkpoint::{self, CheckpointStats};
 use crate::fs::{Fs, StdFs};
 use crate::lock::{LockConfig, LockManager, LockStats};
@@ -79,7 +79,9 @@ pub struct Options {
     /// with skewed reads over data several times the cache, the hot keys are a small part of
     /// each leaf, and whole pages hold far fewer of them per byte. Scans, writes and reads of
     /// resident leaves never touch it. An entry is used only while its leaf is on disk exactly as
-    /// it was read, so the cache never returns a value the leaf does not hold. Default:
+    /// it was read, so the cache never returns a value the leaf does not hold. The frames keep
+    /// at least 16 pages ([`crate::buffer::MIN_FRAMES`]): in a cache too small for
+    /// those and this share, the row cache gets what they leave. Default:
     /// [`DEFAULT_ROW_CACHE_PERCENT`]; 0 turns it off. Figures: `DbStats::buffer.row_*`.
     pub row_cache_percent: u8,
 }
@@ -703,10 +705,14 @@ fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
 
 /// The buffer pool's settings from `options`.
 fn pool_config(options: &Options) -> PoolConfig {
+    // The frames keep at least `MIN_FRAMES`: in a cache too small for those and the row
+    // cache's share, the row cache gets what they leave, so that the two stay within it.
+    let floor = MIN_FRAMES as u64 * frame_bytes(options.tree.page_size) as u64;
+    let share = options.cache_bytes / 100 * u64::from(options.row_cache_percent);
     PoolConfig {
         page_size: options.tree.page_size,
         cache_bytes: Some(options.cache_bytes),
-        row_cache_bytes: options.cache_bytes / 100 * u64::from(options.row_cache_percent),
+        row_cache_bytes: share.min(options.cache_bytes.saturating_sub(floor)),
         huge_pages: options.tree.huge_pages,
     }
 }

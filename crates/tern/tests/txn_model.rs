@@ -138,13 +138,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 /// The same on a database on disk whose buffer pool holds 16 pages of 4 KiB and a row cache of
-/// about 58 KiB, beside a ballast table of about 100 pages read between the steps: the
+/// about 64 KiB (what the 16 frames leave of a 128 KiB cache), beside a ballast table of about 100 pages read between the steps: the
 /// modelled table's pages are evicted and read back all the time, and point reads of evicted
 /// leaves are answered by the row cache.
 fn run_evicting(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let options = Options {
-        cache_bytes: 64 << 10,
+        cache_bytes: 128 << 10,
         row_cache_percent: 90,
         tree: tern::btree::TreeConfig { page_size: 4096, ..Default::default() },
         wal: tern::WalConfig { durability: tern::Durability::NoSync, ..Default::default() },

@@ -1157,3 +1157,33 @@ fn row_cache_reads_under_a_writer_never_go_back_in_time() {
         eprintln!("{s:?}");
     });
 }
+
+/// `Options::cache_bytes` is "bytes of memory for pages (the buffer pool) and the row cache":
+/// once the row cache has its share, the frames' capacity and the row cache's budget together
+/// stay within it, also when the frames' floor (16) takes more than the rest of a small cache.
+#[test]
+fn the_frames_and_the_row_cache_together_stay_within_cache_bytes() {
+    for (cache, percent) in [(128u64 << 10, 50u8), (256 << 10, 90), (256 << 10, 50), (1 << 20, 90)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options { row_cache_percent: percent, ..small(cache) }).unwrap();
+        let mut t = db.begin().unwrap();
+        for i in 0..6000u32 {
+            t.put(&i.to_be_bytes(), &[7; 200]).unwrap();
+        }
+        t.commit().unwrap();
+        db.gc();
+        let r = db.begin_read().unwrap();
+        for i in (0..6000u32).step_by(7) {
+            r.get(&i.to_be_bytes()).unwrap().unwrap();
+        }
+        let s = db.stats().buffer;
+        assert!(s.row_cache_bytes > 0, "{cache} {percent}%: the row cache is open: {s:?}");
+        assert!(
+            s.capacity_pages * s.page_size + s.row_cache_bytes <= cache,
+            "{cache} bytes, {percent}% rows: {} pages of frames and {} bytes of rows: {s:?}",
+            s.capacity_pages,
+            s.row_cache_bytes
+        );
+        assert_within_cache(&s, cache, &format!("{cache} {percent}%"));
+    }
+}

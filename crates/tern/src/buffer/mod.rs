@@ -81,7 +81,6 @@ mod tests;
 
 pub(crate) use capture::{Member, Taken};
 pub(crate) use frames::advise_huge_pages;
-#[cfg(all(test, not(loom)))]
 pub(crate) use frames::frame_bytes;
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
