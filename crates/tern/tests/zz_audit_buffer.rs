@@ -96,7 +96,7 @@ fn assert_table_matches(db: &Db, table: &Table, model: &Model, rng: &mut Rng, wh
     assert!(it.next().is_none(), "{what}: cursor prev stopped early");
     // Seeks and bounded ranges at random keys.
     let keys: Vec<&Vec<u8>> = model.keys().collect();
-    for _ in 0..40 {
+    for _ in 0..12 {
         let probe = if !keys.is_empty() && rng.below(2) == 0 {
             let mut k = keys[rng.below(keys.len() as u64) as usize].clone();
             if rng.below(2) == 0 {
@@ -135,7 +135,7 @@ fn assert_table_matches(db: &Db, table: &Table, model: &Model, rng: &mut Rng, wh
         assert_eq!(n, want.len(), "{what}: bounded cursor");
     }
     // Point reads of present and absent keys.
-    for _ in 0..200 {
+    for _ in 0..100 {
         let key = if !keys.is_empty() && rng.below(4) != 0 {
             keys[rng.below(keys.len() as u64) as usize].clone()
         } else {
