@@ -1233,3 +1233,130 @@ fn a_transaction_failing_on_page_write_errors_aborts_cleanly_and_loses_nothing()
         assert_table_matches(&db, &db.table("").unwrap(), &model, &mut rng, "reopened");
     });
 }
+
+/// Page reads and page writes failing on and off (EIO) under two writers, a scanner and a
+/// thread of checkpoints and collection passes, in the smallest cache: every failure is an
+/// error of the operation (no panic, no hang), a scan that ends without an error holds the
+/// bank's total, and the acknowledged transfers are what the database holds, before and after
+/// reopening.
+#[test]
+fn page_io_errors_on_and_off_under_concurrent_use_fail_operations_and_lose_no_commit() {
+    within(Duration::from_secs(200), || {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = tern::fs::FaultFs::new();
+        let faults = fs.faults.clone();
+        let db = Db::open_with_fs(dir.path(), small(0), std::sync::Arc::new(fs)).unwrap();
+        let bank = db.create_table("bank").unwrap();
+        let mut t = db.begin().unwrap();
+        for a in 0..ACCOUNTS {
+            t.put_in(&bank, &account(a), &balance_row(START, [0, 500, 1500, 3000][a as usize % 4])).unwrap();
+        }
+        t.commit().unwrap();
+        let total = START * u64::from(ACCOUNTS);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let n: u32 = std::env::var("TERN_AUDIT_TRANSACTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+        let errs = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
+        let note = |e: &Error| {
+            let k = format!("{e:?}").chars().take(40).collect::<String>();
+            *errs.lock().unwrap().entry(k).or_default() += 1;
+        };
+        let deltas: Vec<Vec<i64>> = std::thread::scope(|s| {
+            let chaos = s.spawn(|| {
+                let mut rng = Rng(9);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let which = rng.below(4);
+                    faults.fail_reads.store(which == 1, std::sync::atomic::Ordering::Relaxed);
+                    faults.fail_page_writes.store(which == 2, std::sync::atomic::Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1 + rng.below(5)));
+                }
+                faults.fail_reads.store(false, std::sync::atomic::Ordering::Relaxed);
+                faults.fail_page_writes.store(false, std::sync::atomic::Ordering::Relaxed);
+            });
+            let ck = s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Err(e) = db.checkpoint() {
+                        note(&e);
+                    }
+                    db.gc();
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            });
+            let rd = s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = db.begin_read().unwrap();
+                    let mut range = r.range_in(&bank, ..).unwrap();
+                    let rows: Vec<u64> = range.by_ref().map(|(_, v)| balance_of(&v)).collect();
+                    match range.take_error() {
+                        Some(e) => note(&e),
+                        None => assert_eq!(rows.iter().fold(0u64, |s, r| s.wrapping_add(*r)), total),
+                    }
+                }
+            });
+            let ws: Vec<_> = (0..2u64)
+                .map(|id| {
+                    let (db, bank, note) = (&db, &bank, &note);
+                    s.spawn(move || {
+                        let mut rng = Rng(100 + id);
+                        let mut deltas = vec![0i64; ACCOUNTS as usize];
+                        for _ in 0..n {
+                            let (from, to) =
+                                (rng.below(u64::from(ACCOUNTS)) as u32, rng.below(u64::from(ACCOUNTS)) as u32);
+                            if from == to {
+                                continue;
+                            }
+                            let amount = rng.below(50);
+                            let r = (|| -> tern::Result<()> {
+                                let mut txn = db.begin()?;
+                                let a = txn.get_in(bank, &account(from))?.unwrap();
+                                let b = txn.get_in(bank, &account(to))?.unwrap();
+                                txn.put_in(
+                                    bank,
+                                    &account(from),
+                                    &balance_row(balance_of(&a).wrapping_sub(amount), a.len() - 8),
+                                )?;
+                                txn.put_in(
+                                    bank,
+                                    &account(to),
+                                    &balance_row(balance_of(&b).wrapping_add(amount), b.len() - 8),
+                                )?;
+                                txn.commit()
+                            })();
+                            match r {
+                                Ok(()) => {
+                                    deltas[from as usize] -= amount as i64;
+                                    deltas[to as usize] += amount as i64;
+                                }
+                                Err(e) => note(&e),
+                            }
+                        }
+                        deltas
+                    })
+                })
+                .collect();
+            let d = ws.into_iter().map(|w| w.join().unwrap()).collect();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            chaos.join().unwrap();
+            ck.join().unwrap();
+            rd.join().unwrap();
+            d
+        });
+        let errs = errs.into_inner().unwrap();
+        assert!(errs.keys().any(|k| k.starts_with("Io")), "the faults reached the operations: {errs:?}");
+        let mut want = vec![START as i64; ACCOUNTS as usize];
+        for d in &deltas {
+            for (w, x) in want.iter_mut().zip(d) {
+                *w += x;
+            }
+        }
+        let r = db.begin_read().unwrap();
+        let got = balances(&r, &bank);
+        assert_eq!(got.iter().map(|&g| g as i64).collect::<Vec<_>>(), want, "before reopen");
+        drop(r);
+        db.close().unwrap();
+        tern::recovery::check(dir.path()).unwrap();
+        let db = Db::open(dir.path(), small(0)).unwrap();
+        let r = db.begin_read().unwrap();
+        let got = balances(&r, &db.table("bank").unwrap());
+        assert_eq!(got.iter().map(|&g| g as i64).collect::<Vec<_>>(), want, "reopened");
+    });
+}
