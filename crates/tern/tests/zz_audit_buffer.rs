@@ -2,6 +2,9 @@
 //! times their cache checked against a model, the buffer counters against their documented
 //! meaning, threads of writers, readers, scanners, checkpoints, collection and backups on a
 //! small cache, and the documented limits of the cache, pages, keys and tables.
+//!
+//! Longer runs (release): `TERN_AUDIT_TRANSACTIONS` (transactions per writer of the concurrent
+//! tests), `TERN_AUDIT_SEED` and `TERN_AUDIT_ROUNDS` (the model test).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -176,7 +179,8 @@ fn value(rng: &mut Rng, page: usize) -> Vec<u8> {
 #[test]
 fn a_database_many_times_the_smallest_cache_matches_a_model_across_reopen_and_check() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let seed = std::env::var("TERN_AUDIT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_1234_abcd_0001);
+    let mut rng = Rng(seed);
     let names = ["", "alpha", "beta", "gamma"];
     let mut models: Vec<Model> = vec![Model::new(); names.len()];
     {
@@ -187,7 +191,8 @@ fn a_database_many_times_the_smallest_cache_matches_a_model_across_reopen_and_ch
             .iter()
             .map(|n| if n.is_empty() { db.table("").unwrap() } else { db.create_table(n).unwrap() })
             .collect();
-        for round in 0..30 {
+        let rounds = std::env::var("TERN_AUDIT_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+        for round in 0..rounds {
             let mut txn = db.begin().unwrap();
             let mut pending = models.clone();
             for _ in 0..60 {
