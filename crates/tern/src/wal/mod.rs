@@ -16,7 +16,8 @@
 //! file under the latch waits for its last few MiB, not all of it. Likewise the file's pages
 //! are faulted in ahead of the copies (`POPULATE_AHEAD`, one `madvise` per range, by the
 //! appender that finds less left, after the latch), so a copy under the latch does not take
-//! the page fault of its first store into a page. **Written log files**
+//! the fault that brings a fresh page of the file in (a sync still write-protects the pages it
+//! writes, and the next store into one takes a lighter fault). **Written log files**
 //! (`mapped` off, or a file system that cannot map, such as the fault-injecting one): records
 //! collect in a buffer and the leader below writes them with one `write`.
 //!
