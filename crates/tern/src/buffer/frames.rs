@@ -198,8 +198,9 @@ pub(crate) fn advise_huge_pages<T>(buf: &mut Vec<T>) {
     let _ = middle;
 }
 
-/// Gives the memory of the whole 4 KiB pages within `start..start + len` back to the system
-/// (`MADV_DONTNEED`): the range stays mapped, and reads of it see zeros until written again.
+/// Gives the memory of the whole memory pages (the OS page size) within `start..start + len`
+/// back to the system (`MADV_DONTNEED`): the range stays mapped, and reads of it see zeros
+/// until written again.
 /// `start..start + len` must be frame blocks of one mapping that no page holds any more
 /// (retired frames); bytes of the range's partial first and last pages stay as they are.
 pub(crate) fn release(start: NonNull<u8>, len: usize) {

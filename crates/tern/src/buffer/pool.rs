@@ -797,7 +797,7 @@ impl Pool {
         let block = frames.arena.block;
         let mut runs = std::mem::take(&mut frames.retired);
         runs.sort_unstable();
-        // Contiguous frames form one run; a run's whole 4 KiB pages are given back.
+        // Contiguous frames form one run; a run's whole memory pages are given back.
         let mut start = 0;
         for i in 1..=runs.len() {
             if i == runs.len() || runs[i].as_ptr() != runs[i - 1].as_ptr().wrapping_add(block) {
