@@ -594,7 +594,8 @@ impl<'db> Txn<'db> {
                 }
                 Ok((_, None)) => debug_assert!(false, "our version was not the newest of its chain"),
                 // An I/O error reaching the key's leaf (read back, or no frame could be freed:
-                // the page file failed): left linked, aborted, as above.
+                // the page file failed): left linked, aborted (invisible); pruned at the key's
+                // next write, or gone at the next open (docs/txn.md).
                 Err(_) => {}
             }
         }
