@@ -324,18 +324,22 @@ fn the_buffer_counters_mean_what_their_docs_say() {
         assert_within_cache(&after, cache, &format!("scan {pass}"));
     }
 
-    // A checkpoint with nothing running beside it writes every changed page.
+    // After a checkpoint with no writer beside it no page is dirty: every changed page was
+    // written, by the checkpoint or before it by the background evictor (which may have
+    // written them all: the checkpoint then writes none itself).
+    let written_before = db.stats().buffer.writes;
     let mut txn = db.begin().unwrap();
     for j in 0..300u32 {
         txn.put_in(&table, &j.wrapping_mul(2_654_435_761).to_be_bytes(), b"changed").unwrap();
     }
     txn.commit().unwrap();
     db.gc();
-    assert!(db.stats().buffer.dirty_pages > 0);
-    let info = db.checkpoint().unwrap().expect("something was logged");
-    assert!(info.pages_written > 0, "{info:?}");
     let s = db.stats().buffer;
-    assert_eq!(s.dirty_pages, 0, "a checkpoint wrote every changed page: {info:?} {s:?}");
+    assert!(s.dirty_pages > 0 || s.writes > written_before, "changed pages are dirty or written: {s:?}");
+    let info = db.checkpoint().unwrap().expect("something was logged");
+    let s = db.stats().buffer;
+    assert!(s.writes > written_before, "the changed pages were written: {info:?} {s:?}");
+    assert_eq!(s.dirty_pages, 0, "a checkpoint leaves no changed page unwritten: {info:?} {s:?}");
     db.close().unwrap();
     let report = tern::recovery::check(dir.path()).unwrap();
     assert_eq!(report.tables[1].entries, u64::from(i), "{report:?}");
