@@ -482,9 +482,10 @@ fn concurrent_use(cache: u64) {
                 })
                 .collect();
             let stop = &done;
+            // The reader and the scanner look at least once, however the threads are scheduled.
             let reader = s.spawn(|| {
                 let mut seen = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while seen == 0 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let r = db.begin_read().unwrap();
                     let first = balances(&r, &bank);
                     assert_eq!(first.iter().sum::<u64>(), total, "a snapshot holds the total");
@@ -511,7 +512,7 @@ fn concurrent_use(cache: u64) {
             });
             let scanner = s.spawn(|| {
                 let mut seen = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while seen == 0 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let r = db.begin_read().unwrap();
                     let mut range = r.range_in(&bank, ..).unwrap();
                     let rows: Vec<u64> = range.by_ref().map(|(_, v)| balance_of(&v)).collect();
