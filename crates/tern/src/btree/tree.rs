@@ -64,12 +64,7 @@ impl TreeConfig {
         TreeConfig { page_size: 16 * 1024, layout: Layout::BranchFree, prefetch: 1, hints: true, huge_pages: true };
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
-            return Err(Error::InvalidArgument(format!(
-                "page size must be a power of two from 4096 to 65536 bytes, got {}",
-                self.page_size
-            )));
-        }
+        crate::buffer::check_page_size(self.page_size)?;
         if self.prefetch > 2 {
             return Err(Error::InvalidArgument(format!("prefetch depth must be 0, 1 or 2, got {}", self.prefetch)));
         }

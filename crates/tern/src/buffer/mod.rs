@@ -84,6 +84,7 @@ pub(crate) use frames::advise_huge_pages;
 pub(crate) use frames::frame_bytes;
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};
 pub(crate) use page::Page;
+pub(crate) use pool::check_page_size;
 pub(crate) use pool::{Kind, Miss, NO_PAGE};
 pub use pool::{Pool, PoolConfig, MIN_FRAMES};
 

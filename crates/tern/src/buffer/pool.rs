@@ -100,8 +100,9 @@ struct FrameList {
 // SAFETY: the pointers are frame blocks owned by the arena, used under the pool's mutex.
 unsafe impl Send for FrameList {}
 
-/// Checks that `page_size` is one a pool can hold: a power of two from 4 KiB to 64 KiB.
-fn check_page_size(page_size: usize) -> Result<()> {
+/// Checks that `page_size` is one a pool can hold: a power of two from 4 KiB to 64 KiB (the
+/// tree's configuration is checked with it too).
+pub(crate) fn check_page_size(page_size: usize) -> Result<()> {
     if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
         return Err(Error::InvalidArgument(format!(
             "page size must be a power of two from 4096 to 65536 bytes, got {page_size}"

@@ -12,16 +12,16 @@ use crate::sync::{LatchClass, Mutex, RwLatchWriteGuard};
 use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
-
-/// The most times one locker may hold one object at once (re-entrant locks, upgrades
-/// included); one more `lock` of it is [`Error::InvalidArgument`].
-pub const MAX_HOLDS: u32 = u32::MAX - 1;
 use std::sync::atomic::{
     AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+/// The most times one locker may hold one object at once (re-entrant locks, upgrades
+/// included); one more `lock` of it is [`Error::InvalidArgument`].
+pub const MAX_HOLDS: u32 = u32::MAX - 1;
 
 /// State shared by the manager and its lockers. Every lock call reads it; aligned so that no
 /// neighbouring allocation that some thread writes shares its cache lines.
