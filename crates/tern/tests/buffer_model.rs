@@ -58,6 +58,14 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 
 /// The smallest cache the docs allow (`cache_bytes: 0`: a pool has at least 16 frames) with
 /// 4 KiB pages, commits written to the OS only (the tests do not cut the power).
+/// A database in `dir` with the smallest cache over a file system that injects faults when
+/// told to, and the switches of its faults.
+fn faulty_db(dir: &std::path::Path) -> (Db, std::sync::Arc<tern::fs::Faults>) {
+    let fs = tern::fs::FaultFs::new();
+    let faults = fs.faults.clone();
+    (Db::open_with_fs(dir, small(0), std::sync::Arc::new(fs)).unwrap(), faults)
+}
+
 fn small(cache_bytes: u64) -> Options {
     Options {
         cache_bytes,
@@ -759,9 +767,7 @@ fn a_bulk_load_many_times_the_smallest_cache_matches_its_input() {
 #[test]
 fn a_failed_page_read_is_an_io_error_and_is_counted_in_io_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = tern::fs::FaultFs::new();
-    let faults = fs.faults.clone();
-    let db = Db::open_with_fs(dir.path(), small(0), std::sync::Arc::new(fs)).unwrap();
+    let (db, faults) = faulty_db(dir.path());
     let mut t = db.begin().unwrap();
     for i in 0..2000u32 {
         t.put(&i.to_be_bytes(), &[i as u8; 300]).unwrap();
@@ -1207,9 +1213,7 @@ fn the_frames_and_the_row_cache_together_stay_within_cache_bytes() {
 fn a_transaction_failing_on_page_write_errors_aborts_cleanly_and_loses_nothing() {
     within(Duration::from_secs(60), || {
         let dir = tempfile::tempdir().unwrap();
-        let fs = tern::fs::FaultFs::new();
-        let faults = fs.faults.clone();
-        let db = Db::open_with_fs(dir.path(), small(0), std::sync::Arc::new(fs)).unwrap();
+        let (db, faults) = faulty_db(dir.path());
         let mut model = Model::new();
         let mut t = db.begin().unwrap();
         for i in 0..1000u32 {
@@ -1253,9 +1257,7 @@ fn a_transaction_failing_on_page_write_errors_aborts_cleanly_and_loses_nothing()
 fn page_io_errors_on_and_off_under_concurrent_use_fail_operations_and_lose_no_commit() {
     within(Duration::from_secs(200), || {
         let dir = tempfile::tempdir().unwrap();
-        let fs = tern::fs::FaultFs::new();
-        let faults = fs.faults.clone();
-        let db = Db::open_with_fs(dir.path(), small(0), std::sync::Arc::new(fs)).unwrap();
+        let (db, faults) = faulty_db(dir.path());
         let bank = db.create_table("bank").unwrap();
         let mut t = db.begin().unwrap();
         for a in 0..ACCOUNTS {

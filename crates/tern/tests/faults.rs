@@ -504,6 +504,27 @@ fn damage_outside_a_torn_tail_fails_open_and_check_naming_the_file() {
     std::mem::forget(db);
     let logs: Vec<String> = names(&snap).into_iter().filter(|n| n.starts_with("wal-")).collect();
     type Damage = Box<dyn Fn(&Path)>;
+    // Rewrites file `name` of the damaged copy with `f` applied to its bytes.
+    let edit = |name: &str, f: fn(&mut Vec<u8>)| -> Damage {
+        let name = name.to_string();
+        Box::new(move |d: &Path| {
+            let p = d.join(&name);
+            let mut b = std::fs::read(&p).unwrap();
+            f(&mut b);
+            std::fs::write(&p, b).unwrap();
+        })
+    };
+    // Does `f` to every checkpoint file of the damaged copy.
+    let checkpoints = |f: fn(&Path)| -> Damage {
+        Box::new(move |d: &Path| {
+            for n in std::fs::read_dir(d).unwrap() {
+                let n = n.unwrap();
+                if n.file_name().to_string_lossy().ends_with(".ckpt") {
+                    f(&n.path());
+                }
+            }
+        })
+    };
     let damages: Vec<(&str, Damage)> = vec![
         (
             "middle log removed",
@@ -512,84 +533,22 @@ fn damage_outside_a_torn_tail_fails_open_and_check_naming_the_file() {
                 move |d: &Path| std::fs::remove_file(d.join(&l)).unwrap()
             }),
         ),
-        (
-            "first log header flipped",
-            Box::new({
-                let l = logs[0].clone();
-                move |d: &Path| {
-                    let p = d.join(&l);
-                    let mut b = std::fs::read(&p).unwrap();
-                    b[3] ^= 1;
-                    std::fs::write(&p, b).unwrap();
-                }
-            }),
-        ),
-        (
-            "first log record flipped",
-            Box::new({
-                let l = logs[0].clone();
-                move |d: &Path| {
-                    let p = d.join(&l);
-                    let mut b = std::fs::read(&p).unwrap();
-                    b[100] ^= 1;
-                    std::fs::write(&p, b).unwrap();
-                }
-            }),
-        ),
-        (
-            "first log cut",
-            Box::new({
-                let l = logs[0].clone();
-                move |d: &Path| {
-                    let p = d.join(&l);
-                    let b = std::fs::read(&p).unwrap();
-                    std::fs::write(&p, &b[..b.len() - 5]).unwrap();
-                }
-            }),
-        ),
+        ("first log header flipped", edit(&logs[0], |b| b[3] ^= 1)),
+        ("first log record flipped", edit(&logs[0], |b| b[100] ^= 1)),
+        ("first log cut", edit(&logs[0], |b| b.truncate(b.len() - 5))),
         ("pages removed", Box::new(|d: &Path| std::fs::remove_file(d.join("pages")).unwrap())),
-        ("pages cut to 0", Box::new(|d: &Path| std::fs::write(d.join("pages"), b"").unwrap())),
-        (
-            "pages cut in half",
-            Box::new(|d: &Path| {
-                let p = d.join("pages");
-                let b = std::fs::read(&p).unwrap();
-                std::fs::write(&p, &b[..b.len() / 2]).unwrap();
-            }),
-        ),
+        ("pages cut to 0", edit("pages", Vec::clear)),
+        ("pages cut in half", edit("pages", |b| b.truncate(b.len() / 2))),
         (
             "SETTINGS flipped",
-            Box::new(|d: &Path| {
-                let p = d.join("SETTINGS");
-                let mut b = std::fs::read(&p).unwrap();
+            edit("SETTINGS", |b| {
                 let i = b.len() / 2;
                 b[i] ^= 1;
-                std::fs::write(&p, b).unwrap();
             }),
         ),
-        ("SETTINGS empty", Box::new(|d: &Path| std::fs::write(d.join("SETTINGS"), b"").unwrap())),
-        (
-            "checkpoint removed",
-            Box::new(|d: &Path| {
-                for n in std::fs::read_dir(d).unwrap() {
-                    let n = n.unwrap();
-                    if n.file_name().to_string_lossy().ends_with(".ckpt") {
-                        std::fs::remove_file(n.path()).unwrap();
-                    }
-                }
-            }),
-        ),
-        (
-            "checkpoint empty",
-            Box::new(|d: &Path| {
-                for n in std::fs::read_dir(d).unwrap() {
-                    let n = n.unwrap();
-                    if n.file_name().to_string_lossy().ends_with(".ckpt") {
-                        std::fs::write(n.path(), b"").unwrap();
-                    }
-                }
-            }),
-        ),
+        ("SETTINGS empty", edit("SETTINGS", Vec::clear)),
+        ("checkpoint removed", checkpoints(|p| std::fs::remove_file(p).unwrap())),
+        ("checkpoint empty", checkpoints(|p| std::fs::write(p, b"").unwrap())),
     ];
     for (i, (what, damage)) in damages.iter().enumerate() {
         let dir = root.path().join(format!("d{i}"));
