@@ -138,8 +138,10 @@ pub fn load(s: &mut dyn Session, items: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
 /// commit leaders chaining up to 8 flushes (`WalConfig::chain_flushes`, 0 by default);
 /// `tern-pause`, tern's latches with the fixed PAUSE policy instead of the adaptive default (in
 /// a worker process of its own only: `--memory-limit`); `tern-norows`, tern without its row
-/// cache (`Options::row_cache_percent` 0: the pages get the whole cache).
-pub const TERN_VARIANTS: [&str; 5] = ["tern-written", "tern-fifo", "tern-chain", "tern-pause", "tern-norows"];
+/// cache (`Options::row_cache_percent` 0: the pages get the whole cache); `tern-noadmit`, tern
+/// letting every write transaction begin at once (`Options::write_tickets` 0: no admission).
+pub const TERN_VARIANTS: [&str; 6] =
+    ["tern-written", "tern-fifo", "tern-chain", "tern-pause", "tern-norows", "tern-noadmit"];
 
 /// Every engine a build with `--features peers` can open, tern first.
 pub const ENGINES: [&str; 5] = ["tern", "lmdb", "wiredtiger", "bdb", "rocksdb"];
@@ -306,6 +308,7 @@ pub fn open(name: &str, options: OpenOptions) -> Result<Box<dyn Engine>> {
         "tern-chain" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Chain)?)),
         "tern-pause" => Ok(Box::new(TernEngine::open_variant(&options, Variant::Pause)?)),
         "tern-norows" => Ok(Box::new(TernEngine::open_variant(&options, Variant::NoRows)?)),
+        "tern-noadmit" => Ok(Box::new(TernEngine::open_variant(&options, Variant::NoAdmit)?)),
         #[cfg(feature = "peers")]
         "lmdb" | "wiredtiger" | "bdb" | "rocksdb" => shim::open(name, options),
         #[cfg(not(feature = "peers"))]

@@ -31,6 +31,9 @@ pub enum Variant {
     /// No row cache (`Options::row_cache_percent` 0: the pages get the whole cache;
     /// `tern-norows`).
     NoRows,
+    /// No admission of write transactions (`Options::write_tickets` 0: every writer begins at
+    /// once; `tern-noadmit`).
+    NoAdmit,
 }
 
 /// Set once this process runs one engine only (a benchmark's worker process): variants that
@@ -52,6 +55,7 @@ impl Variant {
             Variant::Chain => "tern-chain",
             Variant::Pause => "tern-pause",
             Variant::NoRows => "tern-norows",
+            Variant::NoAdmit => "tern-noadmit",
         }
     }
 
@@ -115,6 +119,9 @@ impl TernEngine {
         }
         if variant == Variant::NoRows {
             base.row_cache_percent = 0;
+        }
+        if variant == Variant::NoAdmit {
+            base.write_tickets = 0;
         }
         let cache_given = options.cache_bytes.is_some();
         let durability = match options.durability {
@@ -188,10 +195,14 @@ impl Engine for TernEngine {
         let policies: std::collections::BTreeSet<&str> =
             tern::sync::LatchClass::all().into_iter().map(|c| c.config().policy.name()).collect();
         let latches = policies.into_iter().collect::<Vec<_>>().join(", ");
+        let admission = match o.write_tickets {
+            0 => "off".to_string(),
+            n => format!("{n} write tickets while more threads run transactions"),
+        };
         format!(
             "tern {}: {} KiB pages, cache {} (Options::cache_bytes, {origin}; row cache {}%), durability {}: \
-             {storage}, snapshot isolation, one transaction per operation, lock hand-over {handover}, latch policy \
-             {latches}",
+             {storage}, snapshot isolation, one transaction per operation, lock hand-over {handover}, admission \
+             {admission}, latch policy {latches}",
             env!("CARGO_PKG_VERSION"),
             o.tree.page_size / 1024,
             format_mib(o.cache_bytes),

@@ -59,9 +59,9 @@ pub struct DriverArgs {
     /// first waiter: no barging), tern-chain (group commit leaders run up to 8 flushes in a
     /// row while others wait, instead of waking the next one's leader), tern-pause (every
     /// latch class on the fixed PAUSE policy instead of the adaptive default; only with
-    /// --memory-limit, which gives each engine a process of its own) and tern-norows (no row
-    /// cache: the pages get the whole cache) [default: tern; compare: every engine in this
-    /// build].
+    /// --memory-limit, which gives each engine a process of its own), tern-norows (no row
+    /// cache: the pages get the whole cache) and tern-noadmit (no admission: every write
+    /// transaction begins at once) [default: tern; compare: every engine in this build].
     #[arg(long, value_delimiter = ',', value_name = "ENGINE,...")]
     pub engine: Option<Vec<String>>,
     /// Workloads, comma separated: YCSB a..f, write1 (one put per transaction, uniform keys),

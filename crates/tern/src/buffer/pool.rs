@@ -462,7 +462,7 @@ impl Pool {
                         return self.load(pid, entry, word);
                     }
                 }
-                LOADING => word.wait_loaded(),
+                LOADING => crate::sync::admit::lend_while(|| word.wait_loaded()),
                 _ => return Ok(()),
             }
         }
@@ -481,7 +481,8 @@ impl Pool {
         let file = self.file.as_ref().expect("only pools with a file evict");
         let started = std::time::Instant::now();
         let crc = facts.latest.map_or(0, |s| facts.crcs[s as usize]);
-        let read = file.read_page(pid, facts.latest, crc, &frame.page);
+        // A write transaction blocked on the disk lends its admission ticket meanwhile.
+        let read = crate::sync::admit::lend_while(|| file.read_page(pid, facts.latest, crc, &frame.page));
         self.counters.record_read(started.elapsed());
         if let Err(e) = read {
             self.counters.io_errors.fetch_add(1, Relaxed);

@@ -42,6 +42,7 @@
 //! (`primitive.rs`, `park.rs`) and the tests in `loom_tests` explore the interleavings of the
 //! real latch code.
 
+pub mod admit;
 pub(crate) mod aligned;
 pub mod asymmetric;
 mod calibrate;

@@ -14,6 +14,17 @@ pub(crate) const TOKEN_RETRY: usize = 0;
 /// Token passed to an unparked thread: the latch was handed to it directly (fair unlock).
 pub(crate) const TOKEN_HANDOFF: usize = 1;
 
+/// How a [`park_timed`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parked {
+    /// Woken by an unpark call, with its token.
+    Token(usize),
+    /// `validate` said not to sleep.
+    Invalid,
+    /// The deadline passed.
+    TimedOut,
+}
+
 /// What an unpark call found; passed to its callback while the queue is still locked.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Unparked {
@@ -54,6 +65,24 @@ mod imp {
         // SAFETY: forwarded from this function's contract.
         let result = unsafe { parking_lot_core::park(key, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, deadline) };
         matches!(result, ParkResult::TimedOut)
+    }
+
+    /// [`park`] with a deadline, telling how it ended.
+    ///
+    /// # Safety
+    /// As for [`park`].
+    pub(crate) unsafe fn park_timed(
+        key: usize,
+        validate: impl FnOnce() -> bool,
+        deadline: Option<std::time::Instant>,
+    ) -> super::Parked {
+        // SAFETY: forwarded from this function's contract.
+        let result = unsafe { parking_lot_core::park(key, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, deadline) };
+        match result {
+            ParkResult::Unparked(UnparkToken(token)) => super::Parked::Token(token),
+            ParkResult::Invalid => super::Parked::Invalid,
+            ParkResult::TimedOut => super::Parked::TimedOut,
+        }
     }
 
     /// # Safety
@@ -166,6 +195,27 @@ mod imp {
         validate()
     }
 
+    /// As `park_until`: a deadline passes at once, right after `validate`.
+    pub(crate) unsafe fn park_timed(
+        key: usize,
+        validate: impl FnOnce() -> bool,
+        deadline: Option<std::time::Instant>,
+    ) -> super::Parked {
+        if deadline.is_none() {
+            // SAFETY: forwarded from this function's contract.
+            return match unsafe { park(key, validate) } {
+                Some(token) => super::Parked::Token(token),
+                None => super::Parked::Invalid,
+            };
+        }
+        let _q = LOT.queue.lock().unwrap();
+        if validate() {
+            super::Parked::TimedOut
+        } else {
+            super::Parked::Invalid
+        }
+    }
+
     pub(crate) unsafe fn unpark_one(key: usize, callback: impl FnOnce(Unparked) -> usize) -> Unparked {
         let mut q = LOT.queue.lock().unwrap();
         let (first, have_more) = {
@@ -194,6 +244,6 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{park, park_until, unpark_all, unpark_one};
+pub(crate) use imp::{park, park_timed, park_until, unpark_all, unpark_one};
 #[cfg(all(test, loom))]
 pub(crate) use imp::{reset_fairness, FAIR_MODE};

@@ -41,8 +41,8 @@
 
 use crate::sync::asymmetric;
 use std::cell::Cell;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Mutex as StdMutex;
 
 /// Slot snapshot: unclaimed.
@@ -210,6 +210,17 @@ std::thread_local! {
     static RELEASE: ReleaseOnExit = const { ReleaseOnExit };
 }
 
+/// Threads that hold a context now (have run a transaction and not exited).
+/// On a line of its own: every write transaction's begin reads it.
+static THREADS: crate::sync::aligned::Isolated<AtomicUsize> = crate::sync::aligned::Isolated(AtomicUsize::new(0));
+
+/// How many threads of the process have run a transaction and are still alive (admission
+/// engages only when they outnumber its tickets).
+#[inline]
+pub(crate) fn threads() -> usize {
+    THREADS.load(Relaxed)
+}
+
 /// Returns the thread's context to the free list when the thread exits.
 struct ReleaseOnExit;
 
@@ -217,6 +228,7 @@ impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
         if let Ok(Some(ctx)) = MINE.try_with(|c| c.take()) {
             registry().free.push(ctx);
+            THREADS.fetch_sub(1, Relaxed);
         }
     }
 }
@@ -236,6 +248,7 @@ fn adopt(cell: &Cell<Option<&'static Context>>) -> &'static Context {
     let ctx = registry().take();
     if RELEASE.try_with(|_| ()).is_ok() {
         cell.set(Some(ctx));
+        THREADS.fetch_add(1, Relaxed);
     }
     ctx
 }

@@ -84,6 +84,8 @@ pub struct Txn<'db> {
     durability: u8,
     read_only: bool,
     finished: bool,
+    /// Holds a ticket of the database's admission gate (returned at the end).
+    ticket: bool,
     _thread_bound: PhantomData<*const ()>,
 }
 
@@ -116,6 +118,8 @@ impl<'db> Txn<'db> {
     // copied (a copy of a freshly written struct stalls on store forwarding).
     #[inline(always)]
     pub(crate) fn begin(db: &'db DbInner, options: TxnOptions) -> Txn<'db> {
+        // Before the snapshot: a transaction that waits for a ticket holds nothing.
+        let ticket = !options.read_only && admit(db);
         let claimed = claim_slot(db.id);
         let slot = claimed.slot;
         let snapshot = match &db.global {
@@ -152,6 +156,7 @@ impl<'db> Txn<'db> {
             },
             read_only: options.read_only,
             finished: false,
+            ticket,
             _thread_bound: PhantomData,
         }
     }
@@ -631,6 +636,12 @@ impl<'db> Txn<'db> {
             list.end(self.slot);
         }
         self.slot.release();
+        if self.ticket {
+            self.ticket = false;
+            if let Some(gate) = &self.db.gate {
+                gate.release();
+            }
+        }
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -645,6 +656,19 @@ impl<'db> Txn<'db> {
             return Err(Error::InvalidArgument(format!("table {:?} belongs to another database", table.inner.name)));
         }
         Ok(())
+    }
+}
+
+/// Takes a ticket of `db`'s admission gate if it is on and the process's transaction threads
+/// outnumber its tickets (otherwise begin touches nothing shared); returns whether it did.
+#[inline(always)]
+fn admit(db: &DbInner) -> bool {
+    match &db.gate {
+        Some(gate) if super::context::threads() > gate.tickets() => {
+            gate.acquire();
+            true
+        }
+        _ => false,
     }
 }
 
