@@ -1135,6 +1135,12 @@ impl Drop for DbInner {
         // A clean close: errors cannot be reported from here (`Db::close` reports them); the
         // log holds every commit either way.
         let _ = self.shutdown();
+        // The directory is released next (`Durable::_lock`), and the next open owns the page
+        // file; but a `Table` handle keeps the pool alive, and its evictor would still write
+        // back pages the close left dirty (its collection pass changes leaves, and its
+        // checkpoint is skipped when nothing was logged since the last), to slots the next
+        // open writes too. So, whatever the close did, the pool writes nothing more.
+        self.pool.close();
         // The chains go with the chain table (no transaction is left: each borrows a handle).
     }
 }
@@ -1230,4 +1236,59 @@ pub struct DbStats {
     pub buffer: BufferStats,
     /// The admission of write transactions ([`Options::write_tickets`]; `None`: off).
     pub admission: Option<GateStats>,
+}
+
+#[cfg(all(test, not(loom)))]
+mod close_tests {
+    use super::*;
+
+    /// Once a database is closed, nothing of it writes its page file, even while a [`Table`]
+    /// handle keeps its buffer pool (and the pool's evictor) alive: the next open owns the
+    /// file. Here the close's collection pass folds versions into their leaves, dirtying them,
+    /// and its checkpoint is skipped (nothing was logged since the last one); the evictor of the
+    /// closed pool wrote them back to the slots the reopened database writes too, which then
+    /// failed their checksums there (a scan stopped at the error).
+    #[test]
+    fn a_closed_database_writes_no_page_while_a_table_handle_keeps_its_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            cache_bytes: 0,
+            tree: TreeConfig { page_size: 4096, ..TreeConfig::default() },
+            wal: WalConfig { durability: Durability::NoSync, ..WalConfig::default() },
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), options).unwrap();
+        let t = db.create_table("t").unwrap();
+        let mut txn = db.begin().unwrap();
+        for i in 0..2000u32 {
+            txn.put_in(&t, &i.to_be_bytes(), &[1; 100]).unwrap();
+        }
+        txn.commit().unwrap();
+        db.gc();
+        // A reader keeps the old versions: the leaves hold chains when the checkpoint runs,
+        // and the close's collection pass folds them.
+        let r = db.begin_read().unwrap();
+        let mut txn = db.begin().unwrap();
+        for i in 0..2000u32 {
+            txn.put_in(&t, &i.to_be_bytes(), &[2; 100]).unwrap();
+        }
+        txn.commit().unwrap();
+        db.checkpoint().unwrap();
+        drop(r);
+        db.close().unwrap();
+        let pool = t.inner.tree.pool.clone();
+        assert!(pool.stats().dirty_pages > 0, "the close left changed leaves in memory: {:?}", pool.stats());
+        let pages = dir.path().join("pages");
+        let before = std::fs::read(&pages).unwrap();
+        // What the closed pool's evictor does when it wants frames: write back dirty pages.
+        pool.flush().unwrap();
+        assert!(std::fs::read(&pages).unwrap() == before, "the page file changed after the close");
+        drop(t);
+        let db = Db::open(dir.path(), options).unwrap();
+        let t = db.table("t").unwrap();
+        let r = db.begin_read().unwrap();
+        let mut range = r.range_in(&t, ..).unwrap();
+        assert_eq!(range.by_ref().filter(|(_, v)| v[..] == [2; 100]).count(), 2000);
+        assert!(range.error().is_none(), "{:?}", range.error());
+    }
 }

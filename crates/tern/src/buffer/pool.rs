@@ -623,6 +623,14 @@ impl Pool {
         }
     }
 
+    /// The database using this pool is closed (its directory may be opened again at once):
+    /// no page is written to the page file any more (dirty pages stay in memory), and the
+    /// background evictor stops. The pool itself may live on (a table handle holds it).
+    pub(crate) fn close(&self) {
+        self.stop_writes();
+        self.evictor.stop();
+    }
+
     /// Page ids below this have been handed out.
     pub(crate) fn next_id(&self) -> u32 {
         self.ids.lock().unwrap_or_else(|p| p.into_inner()).next
