@@ -26,8 +26,9 @@
 //!   every newcomer enters without a ticket (`free` goes negative) until the next return closes
 //!   it. Admission therefore never deadlocks and never waits on a holder for long: it is a
 //!   scheduling aid, not a limit that correctness depends on.
-//! * **Nesting and lending.** A thread that holds a ticket already enters at once (it would
-//!   otherwise wait on itself). A holder about to block on a disk read or a log flush lends its
+//! * **Nesting and lending.** A thread with a write transaction open already, with a ticket or
+//!   not, enters at once (it would otherwise wait on itself: its open transaction may hold
+//!   locks the ticket holders wait for). A holder about to block on a disk read or a log flush lends its
 //!   ticket ([`lend_while`]) and takes it back afterwards without waiting (possibly going
 //!   negative), so a slow device is kept busy by as many transactions as want it.
 //!
@@ -77,6 +78,8 @@ pub struct Gate {
 std::thread_local! {
     /// Tickets this thread holds, and the gate of the latest (for [`lend_while`]).
     static HELD: Cell<u32> = const { Cell::new(0) };
+    /// Write transactions open on this thread, with a ticket or not ([`Gate::begin_write`]).
+    static WRITING: Cell<u32> = const { Cell::new(0) };
     static GATE: RefCell<Option<Arc<Gate>>> = const { RefCell::new(None) };
 }
 
@@ -84,6 +87,7 @@ std::thread_local! {
 loom::thread_local! {
     /// Tickets this thread holds, and the gate of the latest (for [`lend_while`]).
     static HELD: Cell<u32> = Cell::new(0);
+    static WRITING: Cell<u32> = Cell::new(0);
     static GATE: RefCell<Option<Arc<Gate>>> = RefCell::new(None);
 }
 
@@ -134,15 +138,47 @@ impl Gate {
         self.free.load(Relaxed) as i64
     }
 
+    /// A write transaction begins on this thread: takes a ticket if `crowded` (the process's
+    /// transaction threads outnumber the tickets) and returns whether it did; pair with one
+    /// [`end_write`](Self::end_write). A thread with a write transaction open already, with a
+    /// ticket or not, never waits (it would wait on itself: its open transaction may hold
+    /// locks the ticket holders wait for).
+    #[inline]
+    pub fn begin_write(self: &Arc<Gate>, crowded: bool) -> bool {
+        let open = WRITING.with(|o| {
+            let open = o.get();
+            o.set(open + 1);
+            open
+        });
+        if crowded {
+            self.take(open > 0);
+        }
+        crowded
+    }
+
+    /// The write transaction begun by [`begin_write`](Self::begin_write) ends; `ticket`: what
+    /// that returned.
+    #[inline]
+    pub fn end_write(&self, ticket: bool) {
+        WRITING.with(|o| o.set(o.get().saturating_sub(1)));
+        if ticket {
+            self.release();
+        }
+    }
+
     /// Takes a ticket, waiting as the module doc says; pair with one [`release`](Self::release).
     pub fn acquire(self: &Arc<Gate>) {
+        self.take(false);
+    }
+
+    /// Takes a ticket; `nested`: the thread must not wait (see `begin_write`).
+    fn take(self: &Arc<Gate>, nested: bool) {
         let held = HELD.with(Cell::get);
-        if held > 0 || !self.try_enter() {
-            if held > 0 {
-                self.overdraw();
-            } else {
-                self.wait();
-            }
+        let nested = nested || held > 0;
+        if nested {
+            self.overdraw();
+        } else if !self.try_enter() {
+            self.wait();
         }
         HELD.with(|h| h.set(held + 1));
         GATE.with(|g| {

@@ -636,10 +636,9 @@ impl<'db> Txn<'db> {
             list.end(self.slot);
         }
         self.slot.release();
-        if self.ticket {
-            self.ticket = false;
+        if !self.read_only {
             if let Some(gate) = &self.db.gate {
-                gate.release();
+                gate.end_write(std::mem::take(&mut self.ticket));
             }
         }
     }
@@ -659,16 +658,14 @@ impl<'db> Txn<'db> {
     }
 }
 
-/// Takes a ticket of `db`'s admission gate if it is on and the process's transaction threads
-/// outnumber its tickets (otherwise begin touches nothing shared); returns whether it did.
+/// Passes `db`'s admission gate, if it is on: takes a ticket if the process's transaction
+/// threads outnumber its tickets (otherwise begin touches nothing shared); returns whether it
+/// did.
 #[inline(always)]
 fn admit(db: &DbInner) -> bool {
     match &db.gate {
-        Some(gate) if super::context::threads() > gate.tickets() => {
-            gate.acquire();
-            true
-        }
-        _ => false,
+        Some(gate) => gate.begin_write(super::context::threads() > gate.tickets()),
+        None => false,
     }
 }
 
