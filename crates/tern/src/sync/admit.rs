@@ -28,15 +28,17 @@
 //!   scheduling aid, not a limit that correctness depends on.
 //! * **Nesting and lending.** A thread with a write transaction open already, with a ticket or
 //!   not, enters at once (it would otherwise wait on itself: its open transaction may hold
-//!   locks the ticket holders wait for). A holder about to block on a disk read or a log flush lends its
+//!   locks the ticket holders wait for). A holder about to block on a page read lends its
 //!   ticket ([`lend_while`]) and takes it back afterwards without waiting (possibly going
-//!   negative), so a slow device is kept busy by as many transactions as want it.
+//!   negative), so a slow device is kept busy by as many transactions as want it. (A commit
+//!   returns its ticket before it waits for its log flush: it has ended.)
 //!
 //! ## Invariants
 //! * Every `acquire` is matched by one `release`; `free` returns to the gate's size when no
 //!   transaction holds a ticket, whatever entered by the stall or nesting paths.
-//! * No wakeup is lost: a waiter parks only if, re-checked under the parking queue's lock, no
-//!   ticket is free or a hand-off is due; hand-offs happen under the same lock. A ticket freed
+//! * No wakeup is lost: a waiter parks only if, re-checked under the parking queue's lock, a
+//!   watcher exists and no ticket is free or a hand-off is due; hand-offs happen under the
+//!   same lock. A ticket freed
 //!   while waiters sleep is found by the watcher's timer; a leaving watcher wakes a sleeper to
 //!   watch in its place.
 
@@ -66,7 +68,8 @@ pub struct Gate {
     /// Tickets not taken, as an `i64` in two's complement (negative while overdrawn).
     free: AtomicU64,
     flags: AtomicUsize,
-    /// Tickets handed to a sleeper or returned while due (the watcher's stall check).
+    /// Tickets handed straight to a sleeper (also the watcher's stall check: a return while due
+    /// either hands off or, with nobody asleep, clears `DUE`).
     handoffs: AtomicU64,
     /// Waits: entries that slept at least once.
     waits: AtomicU64,
@@ -240,9 +243,9 @@ impl Gate {
         // only touches atomics.
         unsafe {
             unpark_one(self.key(), |u| {
-                self.handoffs.fetch_add(1, Relaxed);
                 self.flags.fetch_and(!(DUE | OPEN), SeqCst);
                 if u.unparked {
+                    self.handoffs.fetch_add(1, Relaxed);
                     TOKEN_HANDOFF
                 } else {
                     // Nobody asleep (the watcher is between naps): the ticket goes back.
@@ -379,8 +382,8 @@ fn stalled(_since: Instant) -> bool {
     true
 }
 
-/// Runs `f` (a disk read, a log flush) with this thread's ticket lent back to its gate, if it
-/// holds one; takes it back afterwards without waiting.
+/// Runs `f` (a page read, or a wait for another thread's read of the page) with this thread's
+/// ticket lent back to its gate, if it holds one; takes it back afterwards without waiting.
 pub fn lend_while<R>(f: impl FnOnce() -> R) -> R {
     if HELD.with(Cell::get) == 0 {
         return f();

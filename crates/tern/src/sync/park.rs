@@ -53,20 +53,6 @@ mod imp {
         }
     }
 
-    /// [`park`] with a deadline; returns whether it woke because the deadline passed.
-    ///
-    /// # Safety
-    /// As for [`park`].
-    pub(crate) unsafe fn park_until(
-        key: usize,
-        validate: impl FnOnce() -> bool,
-        deadline: Option<std::time::Instant>,
-    ) -> bool {
-        // SAFETY: forwarded from this function's contract.
-        let result = unsafe { parking_lot_core::park(key, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, deadline) };
-        matches!(result, ParkResult::TimedOut)
-    }
-
     /// [`park`] with a deadline, telling how it ended.
     ///
     /// # Safety
@@ -181,21 +167,6 @@ mod imp {
 
     /// The model has no clock: a deadline passes at once, right after `validate` (the earliest a
     /// real timeout can fire, and the moment that races hardest with a wakeup).
-    pub(crate) unsafe fn park_until(
-        key: usize,
-        validate: impl FnOnce() -> bool,
-        deadline: Option<std::time::Instant>,
-    ) -> bool {
-        if deadline.is_none() {
-            // SAFETY: forwarded from this function's contract.
-            unsafe { park(key, validate) };
-            return false;
-        }
-        let _q = LOT.queue.lock().unwrap();
-        validate()
-    }
-
-    /// As `park_until`: a deadline passes at once, right after `validate`.
     pub(crate) unsafe fn park_timed(
         key: usize,
         validate: impl FnOnce() -> bool,
@@ -244,6 +215,19 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{park, park_timed, park_until, unpark_all, unpark_one};
+pub(crate) use imp::{park, park_timed, unpark_all, unpark_one};
+
+/// [`park`] with a deadline; returns whether it woke because the deadline passed.
+///
+/// # Safety
+/// As for [`park`].
+pub(crate) unsafe fn park_until(
+    key: usize,
+    validate: impl FnOnce() -> bool,
+    deadline: Option<std::time::Instant>,
+) -> bool {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { park_timed(key, validate, deadline) == Parked::TimedOut }
+}
 #[cfg(all(test, loom))]
 pub(crate) use imp::{reset_fairness, FAIR_MODE};
