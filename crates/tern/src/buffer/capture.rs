@@ -46,6 +46,17 @@ use std::sync::Mutex as StdMutex;
 
 const STRIPES: usize = 16;
 
+/// What a test runs at a point of [`Capture::take`] (the page id).
+#[cfg(all(test, not(loom)))]
+type Hook = Option<Box<dyn FnOnce(u32)>>;
+
+#[cfg(all(test, not(loom)))]
+thread_local! {
+    /// Runs once in [`Capture::take`] on this thread, between its look at the copies and its
+    /// load of the page's state word (tests: a writer's copy and free in that window).
+    pub(super) static TAKE_WINDOW: std::cell::RefCell<Hook> = const { std::cell::RefCell::new(None) };
+}
+
 thread_local! {
     /// The pool whose gate this thread entered last, and how deeply (operations nest: an
     /// update merges, a put writes overflow pages; each guard restores what it found).
@@ -261,6 +272,10 @@ impl Capture<'_> {
                 buf.extend_from_slice(&image);
                 return Ok(Taken::Copied { kind: meta.facts().kind, seen: None });
             }
+            #[cfg(all(test, not(loom)))]
+            if let Some(window) = TAKE_WINDOW.with(|w| w.borrow_mut().take()) {
+                window(pid);
+            }
             match state::state(word.load()) {
                 EVICTED => {
                     if !word.try_begin_load() {
@@ -293,11 +308,16 @@ impl Capture<'_> {
                 }
                 LOADING => word.wait_loaded(),
                 FREE => {
+                    // A writer may have copied the page and freed it since the look at the copies
+                    // above: its copy went in before the release this load saw. Look again.
+                    if pool.capture.copies.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&pid) {
+                        continue;
+                    }
                     return Err(Error::Corruption {
                         file: pool.file.as_ref().map(|f| f.name()).unwrap_or_default(),
                         offset: 0,
                         reason: format!("page {pid} was freed during a checkpoint before its image was taken"),
-                    })
+                    });
                 }
                 _ => {
                     if word.lock_shared().is_err() {

@@ -234,3 +234,36 @@ fn a_memory_pool_never_evicts() {
     let s = pool.stats();
     assert_eq!((s.evictions, s.capacity_pages, s.resident_pages, s.live_pages), (0, 0, 1000, 1000));
 }
+
+/// A writer that copies a page the checkpoint must write and frees it between the checkpoint's
+/// look at the copies and its load of the page's state word leaves the copy for the checkpoint
+/// to take: the checkpoint finds the page FREE, and must look at the copies again rather than
+/// fail with "freed during a checkpoint before its image was taken" (seen once in the
+/// concurrent `buffer_model` test).
+#[test]
+fn a_page_copied_and_freed_while_the_checkpoint_takes_it_is_taken_from_the_copy() {
+    let (_dir, pool) = pool_with(Arc::new(StdFs), 64);
+    let pids = filled(&pool, 3);
+    let victim = pids[1];
+    let (capture, ()) = pool.begin_capture(|| ()).unwrap();
+    assert!(capture.pages().contains(&(victim, Member::Changed)));
+    let writer = pool.clone();
+    capture::TAKE_WINDOW.with(|w| {
+        *w.borrow_mut() = Some(Box::new(move |pid| {
+            assert_eq!(pid, victim);
+            let _gate = writer.enter_write();
+            // The first exclusive latch after the instant copies the image; then a new image,
+            // and the page is freed.
+            let x = writer.exclusive(pid).unwrap().expect("live");
+            fill(x.page(), 99);
+            x.free();
+        }))
+    });
+    let mut buf = Vec::new();
+    let taken = capture.take(victim, &mut buf);
+    assert!(capture::TAKE_WINDOW.with(|w| w.borrow().is_none()), "the window was reached");
+    assert!(matches!(taken, Ok(Taken::Copied { .. })), "{taken:?}");
+    let image = Page::boxed(PAGE);
+    image.write(0, &buf);
+    assert!(holds(&image, 1), "the image at the instant");
+}
