@@ -39,7 +39,12 @@ fn copy_files(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         if e.file_type().unwrap().is_file() && e.file_name() != "LOCK" {
-            copy_backwards(&e.path(), &to.join(e.file_name()));
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("wal-") && name.ends_with(".log") {
+                copy_log_prefix(&e.path(), &to.join(e.file_name()));
+            } else {
+                copy_backwards(&e.path(), &to.join(e.file_name()));
+            }
         }
     }
 }
@@ -66,6 +71,23 @@ fn copy_backwards(from: &Path, to: &Path) {
         dst.write_all_at(&buf[..n], start).unwrap();
         end = start;
     }
+}
+
+/// Copies a log file a writer may be appending to as the prefix a crash of the writer would
+/// leave: read twice, cut where the two reads first differ, zeros after (as the file's
+/// preallocated end holds). A read is not atomic (the kernel copies a page from its start
+/// while the writer fills it), so one read alone can hold a record appended after an earlier
+/// one it holds only in part; every byte the first read holds that was written before the
+/// second read began reads the same in both, and a byte the first read caught unwritten
+/// reads differently in the second (appends are in order and a written byte never changes),
+/// so the first difference is the first byte the first read caught unwritten.
+fn copy_log_prefix(from: &Path, to: &Path) {
+    let first = std::fs::read(from).unwrap();
+    let second = std::fs::read(from).unwrap();
+    let cut = first.iter().zip(&second).position(|(a, b)| a != b).unwrap_or(first.len().min(second.len()));
+    let mut copy = first[..cut].to_vec();
+    copy.resize(first.len(), 0);
+    std::fs::write(to, copy).unwrap();
 }
 
 /// Commits `(key, value)` pairs in one transaction; on success applies them to `model`.
