@@ -50,6 +50,12 @@ impl WaitCosts {
     pub(crate) fn ticks_to_ns(&self, t: u64) -> u64 {
         t.saturating_mul(1000) / self.ticks_per_us
     }
+
+    /// Ticks in `ns` nanoseconds.
+    #[inline]
+    pub(crate) fn ticks_for_ns(&self, ns: u64) -> u64 {
+        ns.saturating_mul(self.ticks_per_us) / 1000
+    }
 }
 
 /// The running CPU's PAUSE cost and tick rate, measured on the first call.

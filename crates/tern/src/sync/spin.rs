@@ -558,6 +558,36 @@ impl Wait {
     }
 }
 
+/// Yields the CPU while `busy()` holds, for as long as each yield runs another thread (the
+/// CPU is crowded: threads outnumber cores) and at most `budget_ns`; returns whether `busy()`
+/// stopped holding. The first yield that comes straight back (nothing else wanted this CPU)
+/// ends it: waiting on would spin an idle CPU, and the caller should park instead.
+///
+/// For waits that a sleeper would end with a wake-up the waker pays for (a system call, often
+/// an inter-processor interrupt): on a crowded CPU a yielding waiter costs nothing that a
+/// runnable thread wanted, and the thread it would wait for never has to wake it. Each yield
+/// feeds this thread's crowding estimate ([`crowded`]) as the `Adaptive` policy's do.
+pub(crate) fn yield_while(mut busy: impl FnMut() -> bool, budget_ns: u64) -> bool {
+    let costs = wait_costs();
+    let start = ticks();
+    let budget = costs.ticks_for_ns(budget_ns);
+    loop {
+        if !busy() {
+            return true;
+        }
+        let before = ticks();
+        if before.wrapping_sub(start) >= budget {
+            return false;
+        }
+        yield_now();
+        let crowded = ticks().wrapping_sub(before) > costs.crowded_yield_ticks;
+        let _ = CROWDED.try_with(|c| c.set(ema(u32::from(c.get()), if crowded { SUCCESS_ONE } else { 0 }) as u16));
+        if !crowded {
+            return !busy();
+        }
+    }
+}
+
 /// Whether this thread currently finds its CPU crowded (its `Adaptive` waits then skip the
 /// PAUSE phase).
 pub(crate) fn crowded() -> bool {

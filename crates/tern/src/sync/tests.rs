@@ -568,3 +568,31 @@ fn gate_stress_every_thread_gets_through_and_every_ticket_comes_back() {
     assert_eq!(gate.free(), 2, "every ticket back: {:?}", gate.stats());
     assert!(gate.stats().waits > 0, "8 threads through 2 tickets waited: {:?}", gate.stats());
 }
+
+/// `yield_while` returns at once when the condition is already over, ends on its own when
+/// nothing makes it over (an idle CPU ends it at the first fast yield, a crowded one at the
+/// budget), and when it says the condition ended, it did.
+#[test]
+fn yield_while_ends_with_the_condition_or_on_its_own() {
+    use crate::sync::spin::yield_while;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    assert!(yield_while(|| false, 1_000_000));
+    assert!(!yield_while(|| true, 200_000));
+    // More threads than CPUs, each yielding while a flag is down; one raises it.
+    let flag = Arc::new(AtomicBool::new(false));
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                let ended = yield_while(|| !flag.load(Ordering::Acquire), 50_000_000);
+                // Whatever it returned, a `true` means the flag was up when it looked.
+                assert!(!ended || flag.load(Ordering::Acquire));
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    flag.store(true, Ordering::Release);
+    for w in waiters {
+        w.join().unwrap();
+    }
+}

@@ -25,11 +25,15 @@
 //! 1. At most one flush runs at a time (`leading`, under the mutex).
 //! 2. No lost wake-up: a waiter decides to sleep and counts itself in `asleep` under the
 //!    mutex, and parks only if its parity's `woken` count is still what it read there. A
-//!    flush's end (under the mutex) bumps its round parity's count and unparks all its
-//!    sleepers, then, unless it chains, unparks one of the next round's; if none of those is
-//!    parked yet, it bumps that parity too, so every one of them looks again. A waiter woken
-//!    alone that does not lead passes it on while sleepers remain. So while no flush runs and
-//!    someone sleeps, a wake-up is on its way to someone who will lead or pass it on.
+//!    flush's end bumps its round parity's count under the mutex and, once it has let the
+//!    mutex go, unparks all of that parity's parked sleepers (a sleeper parked after the bump
+//!    cannot exist: it would have seen it); then, unless it chains, it unparks one of the
+//!    next round's; if none of those is parked yet, it bumps that parity too (under the
+//!    mutex), so every one of them looks again. A waiter woken alone that does not lead
+//!    passes it on while sleepers remain. So while no flush runs and someone sleeps, a
+//!    wake-up is on its way to someone who will lead or pass it on. An unpark made outside
+//!    the mutex can also wake a sleeper that parked for a later round on the same parity:
+//!    it finds itself woken alone and looks again (it leads, or sleeps again, counted).
 //! 3. `written` and `durable` only grow, and a waiter returns `Ok` only once the position it
 //!    waits for is covered; after a failed flush every waiter (and every later one) gets the
 //!    error instead, except a leader whose own flush covered it before a flush it chained for
@@ -40,6 +44,7 @@
 
 use crate::sync::park::{self, TOKEN_RETRY};
 use crate::sync::primitive::{AtomicBool, AtomicU64};
+use crate::sync::spin;
 use crate::{Error, Result};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -63,6 +68,10 @@ struct State {
     /// Waiters asleep (or deciding to) for each round parity, not yet woken by a flush's end.
     asleep: [u32; 2],
 }
+
+/// How long a waiter on a crowded CPU yields before it parks (a few flushes of a fast disk;
+/// a slower one's waiters park).
+const YIELD_NS: u64 = 1_000_000;
 
 /// Leader election over flushes, and the positions flushes reached.
 pub(crate) struct Group {
@@ -191,6 +200,11 @@ impl Group {
                 // Decided before the mutex was let go, and `validate` runs under the parking
                 // queue's lock: a flush's end that wakes this parity bumps `woken[cv]` first,
                 // so it either finds this waiter parked or makes it not park (invariant 2).
+                // On a crowded CPU (more committers than cores) it yields while the flush runs
+                // instead of parking: its CPU goes to threads with work, it notices the flush's
+                // end at its next turn, and the leader need not wake it (with 32 committers on
+                // 2 CPUs the wake-ups were a quarter of each flush cycle).
+                spin::yield_while(|| self.woken[cv].load(Acquire) == gen, YIELD_NS);
                 // SAFETY: the key is this group's own atomic; `validate` only loads it.
                 unsafe { park::park(self.key(cv), || self.woken[cv].load(Relaxed) == gen) };
                 // Woken with every sleeper of its parity and covered: done, no mutex taken (a
@@ -209,28 +223,31 @@ impl Group {
                 baton = (!covered && !all).then_some(cv);
                 continue;
             }
-            let own_flush_ok;
-            (state, own_flush_ok) = self.lead(state, &mut flush);
+            let own_flush_ok = self.lead(state, &mut flush);
             // Its own flush succeeded and reached this leader's position: a later flush it
             // chained for others may have failed, but that is theirs to report.
             if own_flush_ok && done.load(Acquire) >= lsn {
                 return Ok(());
             }
+            state = self.lock();
             baton = None;
         }
     }
 
     /// Runs flushes as the leader, from the locked `state` with no flush under way, and
-    /// returns the state locked again with none under way, and whether the first flush (the
-    /// leader's own) succeeded. After each flush it wakes the sleepers the flush covered; if
-    /// others sleep for the next one, it runs that one too, up to [`Group::chain`] flushes
-    /// after its own, so the next flush starts at once instead of after a sleeper's wake-up;
-    /// after the last one it wakes one of them to lead.
-    fn lead<'a>(
-        &'a self,
-        mut state: MutexGuard<'a, State>,
-        flush: &mut impl FnMut(u64) -> Result<()>,
-    ) -> (MutexGuard<'a, State>, bool) {
+    /// returns with the mutex released and no flush under way, telling whether the first
+    /// flush (the leader's own) succeeded. After each flush it wakes the sleepers the flush
+    /// covered; if others sleep for the next one, it runs that one too, up to [`Group::chain`]
+    /// flushes after its own, so the next flush starts at once instead of after a sleeper's
+    /// wake-up; after the last one it wakes one of them to lead.
+    ///
+    /// The wake-ups are system calls made after the mutex is released: a woken thread often
+    /// runs at once on the waker's CPU, and with the mutex still held it (or any committer
+    /// arriving) would block on it behind the preempted leader. Under the mutex the leader
+    /// only marks the covered parity woken (`woken[cv]` bumped, its sleepers uncounted), so a
+    /// sleeper that has not parked yet sees the mark in `validate` and does not park, and
+    /// every one parked before it is in the queue the unpark then empties.
+    fn lead<'a>(&'a self, mut state: MutexGuard<'a, State>, flush: &mut impl FnMut(u64) -> Result<()>) -> bool {
         state.leading = true;
         let mut runs = 0u32;
         loop {
@@ -246,15 +263,27 @@ impl Group {
                 state.failed.get_or_insert_with(|| e.to_string());
                 self.stopped.store(true, Release);
                 (0..2).for_each(|cv| self.wake_all(&mut state, cv));
-                return (state, runs > 1);
+                return runs > 1;
             }
             let (this, next) = ((state.round % 2) as usize, ((state.round + 1) % 2) as usize);
-            self.wake_all(&mut state, this);
-            if state.asleep[next] == 0 || runs > self.chain || state.failed.is_some() {
+            let covered_sleep = self.mark_woken(&mut state, this);
+            let last = state.asleep[next] == 0 || runs > self.chain || state.failed.is_some();
+            let hand_on = last && state.asleep[next] > 0;
+            if last {
                 state.leading = false;
-                self.wake_one(&mut state, next);
-                return (state, true);
             }
+            drop(state);
+            if covered_sleep {
+                // SAFETY: the key is this group's own atomic.
+                unsafe { park::unpark_all(self.key(this)) };
+            }
+            if last {
+                if hand_on {
+                    self.hand_on(next);
+                }
+                return true;
+            }
+            state = self.lock();
         }
     }
 
@@ -263,15 +292,36 @@ impl Group {
         &self.woken[cv] as *const AtomicU64 as usize
     }
 
-    /// Wakes every sleeper of round parity `cv` (under the mutex: `state` is its guard).
-    fn wake_all(&self, state: &mut State, cv: usize) {
+    /// Marks every sleeper of round parity `cv` woken (under the mutex: `state` is its
+    /// guard): they are uncounted and `woken[cv]` bumped, so none parks from here on. Returns
+    /// whether any slept: the caller then unparks them ([`park::unpark_all`] on its key).
+    fn mark_woken(&self, state: &mut State, cv: usize) -> bool {
         // Only where someone sleeps: a wake-up is a system call even when nobody waits, and a
         // lone committer leads every flush.
-        if state.asleep[cv] > 0 {
-            state.asleep[cv] = 0;
-            self.woken[cv].fetch_add(1, Release);
+        if state.asleep[cv] == 0 {
+            return false;
+        }
+        state.asleep[cv] = 0;
+        self.woken[cv].fetch_add(1, Release);
+        true
+    }
+
+    /// Wakes every sleeper of round parity `cv` (under the mutex: `state` is its guard).
+    fn wake_all(&self, state: &mut State, cv: usize) {
+        if self.mark_woken(state, cv) {
             // SAFETY: the key is this group's own atomic.
             unsafe { park::unpark_all(self.key(cv)) };
+        }
+    }
+
+    /// Wakes one sleeper of round parity `cv` to lead the next flush, from outside the
+    /// mutex. If none is parked yet (one decided to sleep but has not parked), every sleeper
+    /// of `cv` still counted is told to look again instead, so the wake-up cannot be lost.
+    fn hand_on(&self, cv: usize) {
+        // SAFETY: the key is this group's own atomic; the callback touches nothing.
+        let woke = unsafe { park::unpark_one(self.key(cv), |_| TOKEN_RETRY) };
+        if !woke.unparked {
+            self.wake_all(&mut self.lock(), cv);
         }
     }
 
