@@ -376,14 +376,6 @@ impl Wait {
         }
     }
 
-    /// One `sched_yield`, timed to learn whether it ran another thread.
-    fn yield_measured(&mut self) {
-        let before = ticks();
-        yield_now();
-        let crowded = ticks().wrapping_sub(before) > self.costs.crowded_yield_ticks;
-        let _ = CROWDED.try_with(|c| c.set(ema(u32::from(c.get()), if crowded { SUCCESS_ONE } else { 0 }) as u16));
-    }
-
     fn limit(&self, phase: Phase) -> u64 {
         match phase {
             Phase::Pause => self.pause_limit,
@@ -434,7 +426,7 @@ impl Wait {
     pub(crate) fn spin(&mut self) -> bool {
         if self.probe {
             self.probe = false;
-            self.yield_measured();
+            timed_yield(self.costs);
             self.spun += 1;
             self.last = ticks();
             self.phase_start = self.last; // the probe is not part of the phase it precedes
@@ -467,7 +459,7 @@ impl Wait {
                     return false;
                 }
                 if self.config.policy == SpinPolicy::Adaptive {
-                    self.yield_measured();
+                    timed_yield(self.costs);
                 } else {
                     yield_now();
                 }
@@ -575,17 +567,23 @@ pub(crate) fn yield_while(mut busy: impl FnMut() -> bool, budget_ns: u64) -> boo
         if !busy() {
             return true;
         }
-        let before = ticks();
-        if before.wrapping_sub(start) >= budget {
+        if ticks().wrapping_sub(start) >= budget {
             return false;
         }
-        yield_now();
-        let crowded = ticks().wrapping_sub(before) > costs.crowded_yield_ticks;
-        let _ = CROWDED.try_with(|c| c.set(ema(u32::from(c.get()), if crowded { SUCCESS_ONE } else { 0 }) as u16));
-        if !crowded {
+        if !timed_yield(costs) {
             return !busy();
         }
     }
+}
+
+/// One `sched_yield`, timed: returns whether it ran another thread (the CPU is crowded), and
+/// feeds this thread's crowding estimate ([`crowded`]) with the answer.
+fn timed_yield(costs: &WaitCosts) -> bool {
+    let before = ticks();
+    yield_now();
+    let crowded = ticks().wrapping_sub(before) > costs.crowded_yield_ticks;
+    let _ = CROWDED.try_with(|c| c.set(ema(u32::from(c.get()), if crowded { SUCCESS_ONE } else { 0 }) as u16));
+    crowded
 }
 
 /// Whether this thread currently finds its CPU crowded (its `Adaptive` waits then skip the
