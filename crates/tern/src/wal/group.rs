@@ -180,10 +180,9 @@ impl Group {
                 return Err(Error::CommitNotDurable { cause: cause.clone() });
             }
             if done.load(Acquire) >= lsn {
-                if let Some(cv) = baton {
-                    if !state.leading {
-                        self.wake_one(&mut state, cv);
-                    }
+                if let Some(cv) = baton.filter(|&cv| !state.leading && state.asleep[cv] > 0) {
+                    drop(state);
+                    self.hand_on(cv);
                 }
                 return Ok(());
             }
@@ -314,27 +313,15 @@ impl Group {
         }
     }
 
-    /// Wakes one sleeper of round parity `cv` to lead the next flush, from outside the
-    /// mutex. If none is parked yet (one decided to sleep but has not parked), every sleeper
+    /// Wakes one sleeper of round parity `cv` to lead the next flush (a leader whose last flush
+    /// ended, or a waiter woken alone that found itself covered), from outside the mutex. If
+    /// none is parked yet (one decided to sleep but has not parked), every sleeper
     /// of `cv` still counted is told to look again instead, so the wake-up cannot be lost.
     fn hand_on(&self, cv: usize) {
         // SAFETY: the key is this group's own atomic; the callback touches nothing.
         let woke = unsafe { park::unpark_one(self.key(cv), |_| TOKEN_RETRY) };
         if !woke.unparked {
             self.wake_all(&mut self.lock(), cv);
-        }
-    }
-
-    /// Wakes one sleeper of round parity `cv`, to lead the next flush (under the mutex). If
-    /// none is parked yet (one decided to sleep but has not parked), every sleeper of `cv` is
-    /// told to look again instead, so the wake-up cannot be lost.
-    fn wake_one(&self, state: &mut State, cv: usize) {
-        if state.asleep[cv] > 0 {
-            // SAFETY: the key is this group's own atomic; the callback touches nothing.
-            let woke = unsafe { park::unpark_one(self.key(cv), |_| TOKEN_RETRY) };
-            if !woke.unparked {
-                self.wake_all(state, cv);
-            }
         }
     }
 }
