@@ -30,10 +30,15 @@
 //! allocated them. (Freed wherever the epoch ran them, half the frees at 2 threads went to the
 //! other thread's malloc arena and met its lock.) A thread's writes also take versions from its
 //! shard's list, 64 at a time, whenever its spare blocks (`version::free`) run out, so a
-//! big transaction's next writes reuse what its commit unlinked. A list keeps at most
-//! [`RECLAIM_MAX`] versions: beyond that the deferred function frees the rest where it runs
-//! (so a thread that committed 100,000 keys and then only reads holds about 600 KiB of
-//! them, not 15 MB, until its shard's next pass, `Db::gc` or the database's end).
+//! big transaction's next writes reuse what its commit unlinked. A list may grow past
+//! [`RECLAIM_MAX`] versions (a pass held back by a preempted snapshot can unlink 100,000 at
+//! once), and its own shard's next pass frees them all: freeing them where the deferred
+//! function ran instead sent them to another thread's malloc arena, whose lock its owner then
+//! waited for (a third of the sleeps of `write1` at 2 threads). A shard that goes idle with
+//! more than [`RECLAIM_MAX`] waiting (a thread that committed 100,000 keys and then only
+//! reads) gets the rest freed by other shards' passes once [`IDLE_PASSES`] of them have run
+//! since it went over: it then holds about 600 KiB, not 15 MB. With no pass anywhere they
+//! wait for `Db::gc` or the database's end.
 
 use super::chains::{short_id, Chains};
 use super::version::{free, spare_blocks, Version, ABORTED, UNCOMMITTED};
@@ -42,7 +47,8 @@ use crate::btree::BTree;
 use crate::sync::{LatchClass, Mutex};
 use crate::Result;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Arc, Mutex as StdMutex};
 
 /// A key written by a commit.
@@ -126,16 +132,51 @@ pub(crate) struct Unlinked {
 
 /// Unlinked versions past their epoch, by shard, until the shard's next pass frees them.
 struct Reclaim {
-    shards: Box<[CachePadded<StdMutex<Vec<usize>>>]>,
+    shards: Box<[CachePadded<StdMutex<List>>]>,
+    /// Passes begun, over every shard: the clock that tells an idle shard's list.
+    passes: AtomicU64,
+}
+
+/// One shard's reclaim list.
+#[derive(Default)]
+struct List {
+    versions: Vec<usize>,
+    /// The pass clock when the list last grew past [`RECLAIM_MAX`] (`None`: within it).
+    over_since: Option<u64>,
 }
 
 impl Reclaim {
-    fn list(&self, shard: usize) -> std::sync::MutexGuard<'_, Vec<usize>> {
+    fn list(&self, shard: usize) -> std::sync::MutexGuard<'_, List> {
         self.shards[shard % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn take(&self, shard: usize) -> Vec<usize> {
-        std::mem::take(&mut *self.list(shard))
+        let mut list = self.list(shard);
+        list.over_since = None;
+        std::mem::take(&mut list.versions)
+    }
+
+    /// Adds what a pass of `shard` unlinked, once its epoch has passed.
+    fn add(&self, shard: usize, versions: Vec<usize>) {
+        let mut list = self.list(shard);
+        list.versions.extend(versions);
+        if list.versions.len() > RECLAIM_MAX && list.over_since.is_none() {
+            list.over_since = Some(self.passes.load(Relaxed));
+        }
+    }
+
+    /// Takes the versions beyond [`RECLAIM_MAX`] from `shard`'s list if it has been over that
+    /// since [`IDLE_PASSES`] passes before `now` (its own passes would have emptied it).
+    fn take_idle_excess(&self, shard: usize, now: u64) -> Vec<usize> {
+        let mut list = self.list(shard);
+        match list.over_since {
+            Some(since) if now.wrapping_sub(since) >= IDLE_PASSES => {
+                list.over_since = None;
+                let keep = RECLAIM_MAX.min(list.versions.len());
+                list.versions.split_off(keep)
+            }
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -150,8 +191,12 @@ impl Drop for Reclaim {
 /// Versions a refill takes from a reclaim list at a time.
 const REFILL: usize = 64;
 
-/// Most versions a shard's reclaim list keeps (about 600 KiB).
+/// Most versions an idle shard's reclaim list keeps (about 600 KiB).
 const RECLAIM_MAX: usize = 4096;
+
+/// Passes (of any shard) after which the versions beyond [`RECLAIM_MAX`] in a list its own
+/// shard has not emptied are freed by another shard's pass.
+const IDLE_PASSES: u64 = 32;
 
 /// Frees versions taken from a reclaim list (their blocks become this thread's spares).
 fn free_all(versions: Vec<usize>) {
@@ -175,14 +220,20 @@ impl Gc {
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Mutex::with_class(Shard { items: Vec::new(), pass_at: PASS_MIN }, class)))
             .collect();
-        let reclaim = (0..SHARDS).map(|_| CachePadded::new(StdMutex::new(Vec::new()))).collect();
-        Ok(Gc { shards, reclaim: Arc::new(Reclaim { shards: reclaim }) })
+        let reclaim = (0..SHARDS).map(|_| CachePadded::new(StdMutex::new(List::default()))).collect();
+        Ok(Gc { shards, reclaim: Arc::new(Reclaim { shards: reclaim, passes: AtomicU64::new(0) }) })
     }
 
     /// Frees the versions `shard`'s earlier passes unlinked whose epoch has passed (before
-    /// the shard's next pass, on the thread running it).
+    /// the shard's next pass, on the thread running it), and the excess of one other shard's
+    /// list if that shard went idle with it (each shard in turn, one per pass).
     pub fn free_reclaimed(&self, shard: usize) {
+        let now = self.reclaim.passes.fetch_add(1, Relaxed).wrapping_add(1);
         free_all(self.reclaim.take(shard));
+        let other = (now % SHARDS as u64) as usize;
+        if other != shard % SHARDS {
+            free_all(self.reclaim.take_idle_excess(other, now));
+        }
     }
 
     /// Refills this thread's spare version blocks from `shard`'s reclaim list once they run
@@ -200,8 +251,11 @@ impl Gc {
     fn refill_spare_slow(&self, shard: usize) {
         let batch = {
             let mut list = self.reclaim.list(shard);
-            let keep = list.len().saturating_sub(REFILL);
-            list.split_off(keep)
+            let keep = list.versions.len().saturating_sub(REFILL);
+            if keep <= RECLAIM_MAX {
+                list.over_since = None;
+            }
+            list.versions.split_off(keep)
         };
         free_all(batch);
     }
@@ -217,15 +271,7 @@ impl Gc {
         chains.release(shard, ids, &guard);
         if !versions.is_empty() {
             let reclaim = self.reclaim.clone();
-            guard.defer(move || {
-                let excess = {
-                    let mut list = reclaim.list(shard);
-                    list.extend(versions);
-                    let keep = list.len().min(RECLAIM_MAX);
-                    list.split_off(keep)
-                };
-                free_all(excess);
-            });
+            guard.defer(move || reclaim.add(shard, versions));
         }
         // Into the global queue now: a pass's batch would otherwise wait in this thread's bag
         // for 63 more.
@@ -454,7 +500,7 @@ mod tests {
             Unlinked { versions: versions.iter().map(|&v| v as usize).collect(), chains: vec![short_id(id)] };
         gc.retire(5, unlinked, &chains);
         assert!(chains.is_released(id), "tagged at once");
-        let queued = |shard: usize| gc.reclaim.list(shard).len();
+        let queued = |shard: usize| gc.reclaim.list(shard).versions.len();
         for _ in 0..1000 {
             crossbeam_epoch::pin().flush();
         }
@@ -473,6 +519,40 @@ mod tests {
         assert_ne!(chains.create(4, std::ptr::null_mut()), id, "and in no other");
         gc.free_reclaimed(5);
         assert_eq!(queued(5), 0, "the shard's next pass freed them");
+    }
+
+    /// A list past [`RECLAIM_MAX`] keeps everything for its own shard's next pass while other
+    /// shards' passes run; once [`IDLE_PASSES`] of them have run since it went over (its shard
+    /// went idle), another shard's pass frees the excess and leaves [`RECLAIM_MAX`].
+    #[test]
+    fn an_idle_shards_excess_is_freed_by_other_passes_and_a_busy_ones_by_its_own() {
+        let gc = Gc::new().unwrap();
+        let versions = |n: usize| (0..n).map(|_| Version::new_base(&RESTORED, b"v") as usize).collect::<Vec<_>>();
+        let queued = |shard: usize| gc.reclaim.list(shard).versions.len();
+        let over = RECLAIM_MAX + 100;
+        // Busy: its own pass comes within the idle time and frees it all.
+        gc.reclaim.add(3, versions(over));
+        for _ in 0..IDLE_PASSES / 2 {
+            gc.free_reclaimed(7);
+        }
+        assert_eq!(queued(3), over, "other shards leave a list that has not waited long");
+        gc.free_reclaimed(3);
+        assert_eq!(queued(3), 0, "its own pass frees everything");
+        // Idle: other shards' passes take the excess once it has waited.
+        gc.reclaim.add(3, versions(over));
+        for _ in 0..IDLE_PASSES + 2 * SHARDS as u64 {
+            gc.free_reclaimed(7);
+        }
+        assert_eq!(queued(3), RECLAIM_MAX, "an idle shard keeps at most RECLAIM_MAX");
+        // A list within the bound stays whole, however long it waits.
+        gc.reclaim.add(4, versions(10));
+        for _ in 0..IDLE_PASSES + 2 * SHARDS as u64 {
+            gc.free_reclaimed(7);
+        }
+        assert_eq!(queued(4), 10);
+        for shard in [3, 4] {
+            gc.free_reclaimed(shard);
+        }
     }
 
     proptest! {
