@@ -16,7 +16,8 @@
 //!   (`pages.rs`) the latch and header share the first cache line and the hints fill the
 //!   second, so the slot array starts on a line boundary.
 //! * Slot `i` (16 bytes at `104 + 16i`), sorted by key: word 0 is the **head**, the first 8 bytes
-//!   of the key after the node prefix as a big-endian integer (zero-padded); word 1 holds the
+//!   of the key after the node prefix (and the shared bytes, below) as a big-endian integer
+//!   (zero-padded); word 1 holds the
 //!   record's offset (u16), the key suffix length (u16) and 32 bits of payload: the child page
 //!   id (inner) or the value length (u16) and value flags (u16) (leaf).
 //! * Records, in the heap growing down from the end: key suffix, then (leaf) the value inline or
@@ -24,6 +25,15 @@
 //! * Fences: the node's key range `[lower, upper)` in full; absent means -inf / +inf. When both
 //!   are present, their common prefix is the node prefix, stored once (it is the start of the
 //!   lower fence) and stripped from every key.
+//! * Shared bytes (`H_SHARED`): a node short of a fence (the root, and the first and last node
+//!   of each level) has no prefix. If all its keys still start with the same bytes (4 or more,
+//!   from its first and last key when it is built), heads are taken past them, and a search
+//!   first compares the key with slot 0's first shared bytes: a key before (after) them lies
+//!   before (after) every key of the node. An insert of a key that does not start with them
+//!   shrinks them and rewrites the heads (order is unchanged). Invariant: every key suffix of
+//!   the node starts with slot 0's first `shared` bytes, and each head is taken past them.
+//!   Without this, keys such as `tenant/0000042/...` or 16-byte keys with 8 zero bytes first
+//!   tie on every head of the root, and its search compares key bytes at every probe.
 //! * Search array (Eytzinger and B-tree layouts): `head48 << 16 | slot` per slot, in the
 //!   layout's order, rebuilt on every change; a lower bound over it gives the first slot whose
 //!   head's top 48 bits reach the searched head's.
@@ -62,7 +72,8 @@ const H_LOWER_OFF: usize = 20; // u16
 const H_LOWER_LEN: usize = 22; // u16
 const H_UPPER_OFF: usize = 24; // u16
 const H_UPPER_LEN: usize = 26; // u16
-const H_SEARCH_OFF: usize = 28; // u32: 0 = no search array
+const H_SEARCH_OFF: usize = 28; // u16: 0 = no search array
+const H_SHARED: usize = 30; // u16: leading bytes every key suffix shares (nodes short of a fence)
 const H_SEARCH_LEN: usize = 32; // u32: entries, padding included
 const H_SEARCH_CAP: usize = 36; // u32: entries the array's space can hold
 
@@ -126,6 +137,13 @@ impl<'a> NodeRef<'a> {
     #[inline]
     pub(crate) fn prefix_len(self) -> usize {
         usize::from(self.page.u16_at(H_PREFIX))
+    }
+
+    /// Leading bytes every key suffix in the node shares, past which its heads are taken (0 in
+    /// a node with both fences: its prefix already holds what its keys must share).
+    #[inline]
+    pub(crate) fn shared_len(self) -> usize {
+        usize::from(self.page.u16_at(H_SHARED))
     }
 
     #[inline]
@@ -317,15 +335,72 @@ impl<'a> NodeRef<'a> {
         self.page.compare(self.key_off(i), self.key_len(i), suffix)
     }
 
-    /// [`cmp_suffix`](Self::cmp_suffix) for a slot whose head equals `suffix`'s: when both
-    /// are at least 8 bytes long their first 8 bytes are equal, so only the rest is compared.
+    /// [`cmp_suffix`](Self::cmp_suffix) for a slot whose head equals `suffix`'s, where `suffix`
+    /// starts with the node's shared bytes: when both are at least `skip` (shared bytes + 8)
+    /// long their first `skip` bytes are equal, so only the rest is compared.
     #[inline]
-    fn cmp_suffix_after_head(self, i: usize, suffix: &[u8]) -> Ordering {
+    fn cmp_suffix_after_head(self, i: usize, suffix: &[u8], skip: usize) -> Ordering {
         let (off, len, _) = self.slot_record(i);
-        match suffix.get(8..) {
-            Some(rest) if len >= 8 => self.page.compare(off + 8, len - 8, rest),
+        match suffix.get(skip..) {
+            Some(rest) if len >= skip => self.page.compare(off + skip, len - skip, rest),
             _ => self.page.compare(off, len, suffix),
         }
+    }
+
+    /// How `suffix` orders against the `shared` bytes every key suffix of the node starts with
+    /// (read from slot 0's): `Less` (or `Greater`) puts it before (after) every key, `Equal`
+    /// means it starts with them.
+    /// Out of line and cold: most nodes share nothing, and their search stays small enough to
+    /// keep [`head_lower_bound`](Self::head_lower_bound) inlined. An empty node (`n == 0`)
+    /// shares nothing: `Equal`.
+    #[cold]
+    #[inline(never)]
+    fn cmp_shared(self, suffix: &[u8], shared: usize, n: usize) -> Ordering {
+        if n == 0 {
+            return Ordering::Equal;
+        }
+        let (off, _, _) = self.slot_record(0);
+        // Stored bytes against the key's first `shared` (or fewer, if it is shorter: then it
+        // sorts before them, as the stored side is longer).
+        self.page.compare(off, shared, &suffix[..shared.min(suffix.len())]).reverse()
+    }
+
+    /// The length of the common prefix of `suffix` and the node's shared bytes.
+    fn shared_prefix_with(self, suffix: &[u8], shared: usize) -> usize {
+        let (off, _, _) = self.slot_record(0);
+        let mut stored = Vec::with_capacity(shared);
+        self.page.read_into(off, shared, &mut stored);
+        stored.iter().zip(suffix).take_while(|(a, b)| a == b).count()
+    }
+
+    /// Shrinks the shared bytes to `shared` and rewrites every head (and the hints) from the
+    /// bytes past them. Order is unchanged, so the slots stay where they are; the caller
+    /// rebuilds the search array.
+    fn reshare(self, shared: usize) {
+        for i in 0..self.count() {
+            let (off, len, _) = self.slot_record(i);
+            let head = if len > shared { self.page.head_at(off + shared, len - shared) } else { 0 };
+            self.page.set_word((HEADER + SLOT * i) / 8, head);
+        }
+        self.page.set_u16(H_SHARED, shared as u16);
+        self.update_hints(0, 0);
+    }
+
+    /// The first slot whose head is not the head of its key past the shared bytes, or whose
+    /// key does not start with them (for checks).
+    pub(crate) fn stale_head(self) -> Option<usize> {
+        let shared = self.shared_len();
+        let mut first = Vec::new();
+        if self.count() > 0 {
+            let (off, _, _) = self.slot_record(0);
+            self.page.read_into(off, shared, &mut first);
+        }
+        (0..self.count()).find(|&i| {
+            let (off, len, _) = self.slot_record(i);
+            let mut key = Vec::new();
+            self.page.read_into(off, len, &mut key);
+            !key.starts_with(&first) || self.head(i) != head_of(key.get(shared..).unwrap_or(&[]))
+        })
     }
 
     /// Whether slot `i` holds exactly `key` (a key within the node's fences, see
@@ -369,7 +444,19 @@ impl<'a> NodeRef<'a> {
     fn search_with(self, key: &[u8], strict: bool, layout: Layout, prefetch: u8) -> (usize, bool) {
         let n = self.count();
         let suffix = self.strip_prefix(key);
-        let h = head_of(suffix);
+        // A node short of a fence (the root, the tree's first and last nodes at each level) has
+        // no prefix; if its keys share leading bytes all the same, its heads start past them.
+        // Kept off the common path: with nothing shared the search is the one before.
+        let mut shared = self.shared_len();
+        if shared > 0 {
+            match self.cmp_shared(suffix, shared, n) {
+                Ordering::Less => return (0, false),
+                Ordering::Greater => return (n, false),
+                Ordering::Equal if n == 0 => shared = 0,
+                Ordering::Equal => {}
+            }
+        }
+        let h = head_of(suffix.get(shared..).unwrap_or(&[]));
         let first = self.head_lower_bound(n, h, layout, prefetch);
         if first >= n {
             return (n, false);
@@ -382,7 +469,7 @@ impl<'a> NodeRef<'a> {
         // run is long (keys sharing 8+ bytes after the prefix) binary-search the rest.
         // `cmp(i)`: slot i's key against `key`.
         let cmp = |i: usize| match self.head(i).cmp(&h) {
-            Ordering::Equal => self.cmp_suffix_after_head(i, suffix),
+            Ordering::Equal => self.cmp_suffix_after_head(i, suffix, shared + 8),
             order => order,
         };
         // An equal key is past the bound only for `>=` (non-strict).
@@ -415,7 +502,7 @@ impl<'a> NodeRef<'a> {
 
     /// The first slot whose head is at least `h` (exactly, for the slot-array layouts; by the
     /// top 48 bits, for the search-array layouts).
-    #[inline]
+    #[inline(always)]
     fn head_lower_bound(self, n: usize, h: u64, layout: Layout, prefetch: u8) -> usize {
         match layout {
             Layout::Sorted | Layout::BranchFree => {
@@ -424,7 +511,7 @@ impl<'a> NodeRef<'a> {
                 lo + search::lower_bound(layout, &heads, h, prefetch)
             }
             Layout::Eytzinger | Layout::BTree => {
-                let (off, len) = (self.page.u32_at(H_SEARCH_OFF) as usize, self.page.u32_at(H_SEARCH_LEN) as usize);
+                let (off, len) = (usize::from(self.page.u16_at(H_SEARCH_OFF)), self.page.u32_at(H_SEARCH_LEN) as usize);
                 let words = self.page.words();
                 let start = (off / 8).min(words.len());
                 let entries = &words[start..(start + len).min(words.len())];
@@ -556,7 +643,7 @@ impl<'a> NodeRef<'a> {
     }
 
     fn search_capacity(self) -> usize {
-        if self.page.u32_at(H_SEARCH_OFF) == 0 {
+        if self.page.u16_at(H_SEARCH_OFF) == 0 {
             0
         } else {
             self.page.u32_at(H_SEARCH_CAP) as usize
@@ -611,12 +698,21 @@ impl<'a> NodeRef<'a> {
     /// suffix (leaf), `payload` is the child id (inner) or `len | flags << 16` (leaf).
     pub(crate) fn insert_at(self, pos: usize, key: &[u8], value: &[u8], payload: u32, layout: Layout) {
         let suffix = &key[self.prefix_len().min(key.len())..];
+        let n = self.count();
+        let shared = self.shared_len();
+        if shared > 0 {
+            // A key that does not start with the shared bytes shrinks them (heads rewritten);
+            // an empty node shares nothing.
+            let fits = n > 0 && self.cmp_shared(suffix, shared, n) == Ordering::Equal;
+            if !fits {
+                self.reshare(if n > 0 { worth_sharing(self.shared_prefix_with(suffix, shared)) } else { 0 });
+            }
+        }
         let off = self.alloc(suffix.len() + value.len(), 1).expect("caller checked the fit");
         self.page.write(off, suffix);
         self.page.write(off + suffix.len(), value);
-        let n = self.count();
         self.move_slots(pos, pos + 1, n - pos);
-        self.write_slot(pos, head_of(suffix), off, suffix.len(), payload);
+        self.write_slot(pos, head_of(suffix.get(self.shared_len()..).unwrap_or(&[])), off, suffix.len(), payload);
         self.set_count(n + 1);
         self.update_hints(n, pos);
         let rebuilt = self.rebuild_search_array(layout, Fresh::Spare);
@@ -679,7 +775,7 @@ impl<'a> NodeRef<'a> {
         let n = self.count();
         let sorted: Vec<u64> = (0..n).map(|i| (self.head(i) >> 16) << 16 | i as u64).collect();
         let entries = search::layout_from_sorted(layout, &sorted);
-        let (old_off, old_cap) = (self.page.u32_at(H_SEARCH_OFF) as usize, self.search_capacity());
+        let (old_off, old_cap) = (usize::from(self.page.u16_at(H_SEARCH_OFF)), self.search_capacity());
         let off = if old_off != 0 && old_cap >= entries.len() {
             old_off
         } else {
@@ -699,7 +795,7 @@ impl<'a> NodeRef<'a> {
         for (k, e) in entries.iter().enumerate() {
             self.page.set_word(off / 8 + k, *e);
         }
-        self.page.set_u32(H_SEARCH_OFF, off as u32);
+        self.page.set_u16(H_SEARCH_OFF, off as u16);
         self.page.set_u32(H_SEARCH_LEN, entries.len() as u32);
         true
     }
@@ -952,6 +1048,36 @@ pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> u
     }
 }
 
+/// The leading bytes every key of a node built from `spec` and `entries` shares past the
+/// prefix: in a node short of a fence (which has no prefix) with two keys or more, the common
+/// prefix of its first and last keys (sorted, so of all) if [`worth_sharing`]; 0 otherwise.
+fn shared_len_of<E: EntryView>(spec: &NodeSpec<'_>, entries: &[E], prefix: usize) -> usize {
+    if spec.lower.is_some() && spec.upper.is_some() {
+        return 0;
+    }
+    match entries {
+        [first, .., last] => {
+            let (a, b) = (&first.key()[prefix..], &last.key()[prefix..]);
+            worth_sharing(a.iter().zip(b).take_while(|(x, y)| x == y).count())
+        }
+        _ => 0,
+    }
+}
+
+/// Fewest shared bytes a node keeps its heads past (fewer: none). Heads of 8 bytes tie only
+/// between keys that share 8; a node whose keys share a byte or two (hashed keys at the edges
+/// of the tree) gains nothing and would pay a comparison of them per search.
+const SHARED_MIN: usize = 4;
+
+/// `shared` if a node should keep its heads past that many shared bytes, else 0.
+fn worth_sharing(shared: usize) -> usize {
+    if shared >= SHARED_MIN {
+        shared.min(usize::from(u16::MAX))
+    } else {
+        0
+    }
+}
+
 /// Bytes a node built from `spec` and `entries` needs (header included).
 pub(crate) fn required_space<E: EntryView>(spec: &NodeSpec<'_>, entries: &[E], layout: Layout) -> usize {
     let record_bytes = entries.iter().map(|e| e.key().len() + e.value().len()).sum();
@@ -1039,16 +1165,18 @@ pub(crate) fn build_zeroed<E: EntryView>(page: &Page, spec: &NodeSpec<'_>, entri
     page.set_u16(H_FLAGS, flags);
     let prefix = common_prefix_len(spec.lower, spec.upper);
     page.set_u16(H_PREFIX, prefix as u16);
+    let shared = shared_len_of(spec, entries, prefix);
+    page.set_u16(H_SHARED, shared as u16);
     for (i, e) in entries.iter().enumerate() {
         let (key, value) = (e.key(), e.value());
-        debug_assert!(key.len() >= prefix);
+        debug_assert!(key.len() >= prefix + shared);
         let suffix = &key[prefix..];
         let off = node.alloc(suffix.len() + value.len(), 1).expect("required_space checked by the caller");
         page.write(off, suffix);
         page.write(off + suffix.len(), value);
         let payload = if spec.leaf { value.len() as u32 | u32::from(e.flags()) << 16 } else { e.child() };
         node.set_count(i + 1);
-        node.write_slot(i, head_of(suffix), off, suffix.len(), payload);
+        node.write_slot(i, head_of(&suffix[shared..]), off, suffix.len(), payload);
     }
     node.update_hints(0, 0);
     let rebuilt = node.rebuild_search_array(layout, Fresh::OneMore);

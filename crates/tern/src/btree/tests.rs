@@ -60,6 +60,19 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Keys that nearly all share their first 12 bytes (a node short of a fence then keeps heads
+/// past them, `node::shared_len`), with a few outside them, before and after, that shrink what
+/// the nodes they land in share, and searches for keys outside them.
+fn shared_key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        12 => (0u32..3000).prop_map(|i| [&[0u8; 8][..], b"tnt/", &(i * 13).to_be_bytes()[..]].concat()),
+        1 => (0u32..50).prop_map(|i| [&[0u8; 8][..], b"tn", &i.to_be_bytes()[..]].concat()),
+        1 => (1u8..4).prop_map(|b| vec![0u8; usize::from(b)]),
+        1 => (0u32..50).prop_map(|i| [&[0u8; 8][..], b"tnu", &i.to_be_bytes()[..]].concat()),
+        1 => proptest::collection::vec(any::<u8>(), 1..14),
+    ]
+}
+
 fn value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         6 => proptest::collection::vec(any::<u8>(), 0..40),
@@ -69,6 +82,15 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    op_with(key)
+}
+
+fn shared_key_op() -> impl Strategy<Value = Op> {
+    op_with(shared_key)
+}
+
+/// Inserts, upserts, deletes, lookups and ranges of keys `key` draws.
+fn op_with<S: Strategy<Value = Vec<u8>> + 'static>(key: fn() -> S) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (key(), value()).prop_map(|(k, v)| Op::Insert(k, v)),
         3 => (key(), value()).prop_map(|(k, v)| Op::Upsert(k, v)),
@@ -137,6 +159,14 @@ proptest! {
         let stats = t.pool().stats();
         prop_assert!(stats.capacity_pages as usize == crate::buffer::MIN_FRAMES);
         prop_assert!(stats.live_pages <= stats.capacity_pages || stats.evictions > 0, "{:?}", stats);
+    }
+
+    #[test]
+    fn matches_model_with_keys_sharing_their_first_bytes(
+        shape in 0usize..SHAPES.len(),
+        ops in proptest::collection::vec(shared_key_op(), 1..900),
+    ) {
+        run_against_model(SHAPES[shape], 4096, &ops)?;
     }
 
     #[test]

@@ -999,6 +999,9 @@ impl BTree {
         if let Some(j) = n.stale_hint() {
             return Err(format!("{here}: hint {j} does not match its slot"));
         }
+        if let Some(i) = n.stale_head() {
+            return Err(format!("{here}: slot {i}'s head does not match its key past the shared bytes"));
+        }
         for (i, k) in keys.iter().enumerate() {
             if n.search(k, false, self.layout, 0) != i {
                 return Err(format!("{here}: searching key {i} does not find it"));

@@ -223,6 +223,12 @@ impl Page {
         len.cmp(&key.len())
     }
 
+    /// The head ([`head_of`]) of the `len` stored bytes at `off`.
+    #[inline]
+    pub(crate) fn head_at(&self, off: usize, len: usize) -> u64 {
+        be_prefix(self.load8(off).to_le_bytes(), len.min(8))
+    }
+
     /// Asks the CPU to bring the cache line holding byte `off` into L1. No bounds check: a
     /// prefetch never faults and has no effect a program can observe, and an offset past the
     /// end (only ever computed from garbage an optimistic reader saw) just wastes it.
