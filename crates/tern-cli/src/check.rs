@@ -44,7 +44,7 @@ pub fn run(cmd: CheckCmd) -> Result<(), Failure> {
     ))?;
     match &r.torn_tail {
         Some(t) => out.line(format_args!(
-            "  torn tail    {} bytes at {} offset {} (an unacknowledged write; opening the database cuts it)",
+            "  torn tail    {} bytes at {} offset {} (the last record fails its checksum and nothing valid follows: a write a crash cut short, unless the disk changed it; opening the database cuts it)",
             t.bytes, t.file, t.offset
         ))?,
         None => out.line("  torn tail    none")?,

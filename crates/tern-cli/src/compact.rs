@@ -46,12 +46,13 @@ pub fn run(cmd: CompactCmd) -> Result<(), Failure> {
         return output::json(&done);
     }
     output::line(format_args!(
-        "{}: {} -> {} bytes; {} log records folded into {}; {} ms",
+        "{}: {} -> {} bytes; {} log records folded into {}; {} entries; {} ms",
         done.path.display(),
         done.bytes_before,
         done.bytes_after,
         done.records_replayed,
         done.checkpoint.as_deref().unwrap_or("the existing checkpoint (nothing was logged after it)"),
+        done.entries,
         done.millis
     ))
 }

@@ -6,7 +6,8 @@
 //! ```text
 //! VERSION=3
 //! format=bytevalue        (or print)
-//! database=NAME           (absent for the default table / main database)
+//! database=NAME           (absent for the default table / main database; written with a
+//!                          backslash doubled and control bytes as \xx, read the same way)
 //! type=btree
 //! HEADER=END
 //!  6b6579                 (a key: one space, then hex pairs; or printable text with \xx escapes)
@@ -73,7 +74,12 @@ impl<W: Write> Writer<W> {
         writeln!(self.out, "VERSION=3")?;
         writeln!(self.out, "format={}", self.format.keyword())?;
         if let Some(name) = database {
-            writeln!(self.out, "database={name}")?;
+            // Escaped as `print` lines are, but for printable UTF-8: a line break, a carriage
+            // return or a backslash in a name would otherwise end or change it.
+            let mut line = b"database=".to_vec();
+            escape_print(name.as_bytes(), |b| b.is_ascii_control() || b == b'\\', &mut line);
+            line.push(b'\n');
+            self.out.write_all(&line)?;
         }
         writeln!(self.out, "type=btree")?;
         for line in &self.extra {
@@ -89,18 +95,15 @@ impl<W: Write> Writer<W> {
     }
 
     fn item(&mut self, bytes: &[u8]) -> io::Result<()> {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         self.line.clear();
         self.line.push(b' ');
-        for &b in bytes {
-            match self.format {
-                Format::Bytevalue => self.line.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]),
-                Format::Print if b == b'\\' => self.line.extend_from_slice(b"\\\\"),
-                Format::Print if (0x20..0x7f).contains(&b) => self.line.push(b),
-                Format::Print => {
-                    self.line.extend_from_slice(&[b'\\', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
+        match self.format {
+            Format::Bytevalue => {
+                for &b in bytes {
+                    self.line.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
                 }
             }
+            Format::Print => escape_print(bytes, |b| !(0x20..0x7f).contains(&b), &mut self.line),
         }
         self.line.push(b'\n');
         self.out.write_all(&self.line)
@@ -202,13 +205,17 @@ impl<R: BufRead> Reader<R> {
                     })
                 }
                 "database" | "subdatabase" => {
-                    if std::str::from_utf8(&self.line).is_err() {
-                        let name = crate::kv::encode(&self.line[keyword.len() + 1..], false);
-                        return Err(self.error(format!(
-                            "{keyword}={name}: the name is not UTF-8 (tern table names are text)"
-                        )));
+                    let mut name = Vec::new();
+                    unescape_print(&self.line[keyword.len() + 1..], &mut name);
+                    match String::from_utf8(name) {
+                        Ok(name) => database = Some(name),
+                        Err(e) => {
+                            let name = crate::kv::encode(e.as_bytes(), false);
+                            return Err(self.error(format!(
+                                "{keyword}={name}: the name is not UTF-8 (tern table names are text)"
+                            )));
+                        }
                     }
-                    database = Some(value.to_string())
                 }
                 "type" if value == "btree" || value == "hash" => {}
                 "type" if value == "recno" || value == "queue" => {
@@ -292,29 +299,49 @@ impl<R: BufRead> Reader<R> {
                     }
                 }
             }
-            Format::Print => {
-                let mut i = 0;
-                while i < body.len() {
-                    let b = body[i];
-                    if b != b'\\' {
-                        out.push(b);
-                        i += 1;
-                    } else if body.get(i + 1) == Some(&b'\\') {
-                        out.push(b'\\');
-                        i += 2;
-                    } else if let (Some(h), Some(l)) =
-                        (body.get(i + 1).copied().and_then(hex), body.get(i + 2).copied().and_then(hex))
-                    {
-                        out.push(h << 4 | l);
-                        i += 3;
-                    } else {
-                        out.push(b'\\'); // a lone backslash, as mdb_dump -p writes one
-                        i += 1;
-                    }
-                }
-            }
+            Format::Print => unescape_print(body, out),
         }
         Ok(true)
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `bytes` to `out` as `print` text: a backslash doubled, each byte `escaped` says as
+/// `\xx`, the others as themselves.
+fn escape_print(bytes: &[u8], escaped: impl Fn(u8) -> bool, out: &mut Vec<u8>) {
+    for &b in bytes {
+        if b == b'\\' {
+            out.extend_from_slice(b"\\\\");
+        } else if escaped(b) {
+            out.extend_from_slice(&[b'\\', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// Appends the bytes `print` text stands for to `out`: `\\` a backslash, `\xx` a byte, and a
+/// backslash followed by neither itself (as `mdb_dump -p` writes a lone one).
+fn unescape_print(body: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < body.len() {
+        let b = body[i];
+        if b != b'\\' {
+            out.push(b);
+            i += 1;
+        } else if body.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else if let (Some(h), Some(l)) =
+            (body.get(i + 1).copied().and_then(hex), body.get(i + 2).copied().and_then(hex))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+        } else {
+            out.push(b'\\');
+            i += 1;
+        }
     }
 }
 
@@ -381,6 +408,24 @@ mod tests {
             String::from_utf8(text).unwrap(),
             "VERSION=3\nformat=print\ndatabase=t1\ntype=btree\nHEADER=END\n k\\\\1\n \\00\\ffa\nDATA=END\n"
         );
+    }
+
+    /// Every name the API accepts comes back: line breaks, carriage returns, backslashes and
+    /// control characters are escaped on the `database=` line (a name with a line break was
+    /// read back cut, or as another header line), other UTF-8 is written as itself.
+    #[test]
+    fn every_table_name_survives_a_dump_and_a_load() {
+        let names = ["evil\nmapsize=1", "cr\r", "back\\slash", "a\\ff", "tab\tbell\u{7}", "ünïcode", "\\"];
+        for format in [Format::Bytevalue, Format::Print] {
+            let sections: Vec<(Option<&str>, Entries)> =
+                names.iter().map(|n| (Some(*n), vec![(b"k".to_vec(), b"v".to_vec())])).collect();
+            let text = dump(format, &sections);
+            let back = read_all(&text).unwrap();
+            let got: Vec<Option<String>> = back.into_iter().map(|(name, _)| name).collect();
+            assert_eq!(got, names.iter().map(|n| Some(n.to_string())).collect::<Vec<_>>());
+            let text = String::from_utf8(text).unwrap();
+            assert!(text.contains("database=evil\\0amapsize=1\n") && text.contains("database=ünïcode\n"), "{text}");
+        }
     }
 
     #[test]

@@ -138,11 +138,15 @@ pub(crate) fn scan(
                     ));
                 }
             } else if start > from {
-                return Err(corruption(
-                    &name,
-                    16,
-                    format!("the log starts at LSN {start}, but the checkpoint needs it from LSN {from}"),
-                ));
+                let reason = if from == 0 {
+                    format!(
+                        "the log starts at LSN {start}, but no checkpoint holds what came before it \
+                         (is a checkpoint-*.ckpt file missing?)"
+                    )
+                } else {
+                    format!("the log starts at LSN {start}, but the checkpoint needs it from LSN {from}")
+                };
+                return Err(corruption(&name, 16, reason));
             }
             scan.files.push((seq, start));
             let file_end = start + (data.len() - HEADER) as u64;
