@@ -346,6 +346,11 @@ impl Db {
         let mut options = options;
         if let Some(s) = stored {
             options.tree = s.apply(options.tree);
+            if s.shape.is_some() && !s.shared_heads {
+                // Before this tern writes a page an earlier one would misread (`settings`
+                // invariant 4).
+                settings::write(&*fs, dir, &Settings { shared_heads: true, ..s })?;
+            }
         }
         // The page file holds the newest page checkpoint's pages; without one, it starts
         // afresh (see `buffer` and `checkpoint`).

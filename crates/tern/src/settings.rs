@@ -19,7 +19,8 @@
 //! # Invariants
 //! 1. `SETTINGS` is written once, before the first log file, under a temporary name, synced and
 //!    renamed into place (then the directory synced): it is either absent or complete. A
-//!    leftover `SETTINGS.tmp` is removed at open.
+//!    leftover `SETTINGS.tmp` is removed at open. (It is rewritten the same way at most once
+//!    more, to set bit 41: invariant 4.)
 //! 2. A database without `SETTINGS` was created by tern before the file existed (or never got
 //!    past its creation): it opens with the options given, and once it has been recovered with
 //!    them, they are recorded.
@@ -27,12 +28,18 @@
 //!    opens with the layout and hints of the options given, as every open did then, and the
 //!    file is left as it is. (Completing it from the options of some later open would record
 //!    a guess for good: `tern` commands open with the default options.)
+//! 4. Format 2's bit 41 says nodes may keep their key heads past bytes all their keys share
+//!    (tern since 2026-12-07, `btree/node.rs`), which an earlier tern would misread; it refuses
+//!    unknown bits. Every format-2 file this tern writes sets it, and opening a format-2
+//!    database without it sets it before anything else is written. A format-1 file is left as
+//!    it is (invariant 3): an earlier tern can still open such a database after this one wrote
+//!    to it, and may then miss keys.
 //!
 //! # Format
 //! One 32-byte header as log and checkpoint files have (`TERNSET1`, format version, one
 //! number, crc32c of the rest). Format 1: the number is the page size. Format 2: bits 0..32
 //! the page size, bits 32..40 the layout (0 sorted, 1 branch-free, 2 Eytzinger, 3 B-tree), bit
-//! 40 hints kept.
+//! 40 hints kept, bit 41 [`SHARED_HEADS`].
 
 use crate::btree::{Layout, TreeConfig};
 use crate::fs::{write_all, Fs};
@@ -45,6 +52,8 @@ const MAGIC: &[u8; 8] = b"TERNSET1";
 const FORMAT: u64 = 2;
 /// The format that records the page size only (invariant 3).
 const FORMAT_PAGE_SIZE_ONLY: u64 = 1;
+/// Format 2, bit 41: nodes may keep key heads past shared bytes (invariant 4).
+const SHARED_HEADS: u64 = 1 << 41;
 /// The file's name in the database directory.
 pub(crate) const FILE: &str = "SETTINGS";
 const TMP: &str = "SETTINGS.tmp";
@@ -57,12 +66,14 @@ pub(crate) struct Settings {
     /// The search layout and whether nodes keep hint arrays; `None` in a format-1 file, which
     /// did not record them (invariant 3).
     pub shape: Option<(Layout, bool)>,
+    /// Whether the file says nodes may keep key heads past shared bytes (invariant 4).
+    pub shared_heads: bool,
 }
 
 impl Settings {
     /// The settings a database created with `tree` gets.
     pub fn of(tree: &TreeConfig) -> Settings {
-        Settings { page_size: tree.page_size, shape: Some((tree.layout, tree.hints)) }
+        Settings { page_size: tree.page_size, shape: Some((tree.layout, tree.hints)), shared_heads: true }
     }
 
     /// `tree` with these settings applied.
@@ -95,7 +106,7 @@ fn layout_of(code: u64) -> Option<Layout> {
 /// The format-2 number of `settings` (which are complete).
 fn packed(settings: &Settings) -> u64 {
     let (layout, hints) = settings.shape.expect("settings are written complete");
-    settings.page_size as u64 | layout_code(layout) << 32 | u64::from(hints) << 40
+    settings.page_size as u64 | layout_code(layout) << 32 | u64::from(hints) << 40 | SHARED_HEADS
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -119,8 +130,8 @@ pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Result<Option<Settings>> {
     let (page_size, shape) = match format {
         FORMAT_PAGE_SIZE_ONLY => (number, None),
         FORMAT => {
-            if number >> 41 != 0 {
-                return Err(corruption(format!("unknown settings bits {:#x}", number >> 41 << 41)));
+            if number >> 42 != 0 {
+                return Err(corruption(format!("unknown settings bits {:#x}", number >> 42 << 42)));
             }
             let Some(layout) = layout_of(number >> 32 & 0xFF) else {
                 return Err(corruption(format!("unknown search layout {}", number >> 32 & 0xFF)));
@@ -134,7 +145,8 @@ pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Result<Option<Settings>> {
     if tree.validate().is_err() {
         return Err(corruption(format!("a page size of {page_size} bytes")));
     }
-    Ok(Some(Settings { page_size, shape }))
+    let shared_heads = format == FORMAT && number & SHARED_HEADS != 0;
+    Ok(Some(Settings { page_size, shape, shared_heads }))
 }
 
 /// Records `settings` in `dir` (invariant 1).
@@ -162,7 +174,7 @@ mod tests {
         assert_eq!(read(&fs, dir.path()).unwrap(), None);
         for layout in Layout::ALL {
             for hints in [false, true] {
-                let settings = Settings { page_size: 8192, shape: Some((layout, hints)) };
+                let settings = Settings { page_size: 8192, shape: Some((layout, hints)), shared_heads: true };
                 write(&fs, dir.path(), &settings).unwrap();
                 assert_eq!(read(&fs, dir.path()).unwrap(), Some(settings));
             }
@@ -181,8 +193,25 @@ mod tests {
         std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 1 << 45 | 4096)).unwrap();
         let err = read(&fs, dir.path()).unwrap_err();
         assert!(err.to_string().contains("unknown settings bits"), "{err}");
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, 1 << 32 | 4096)).unwrap();
+        assert!(!read(&fs, dir.path()).unwrap().unwrap().shared_heads, "a file written before bit 41");
         std::fs::write(dir.path().join(FILE), file_header(MAGIC, 3, 4096)).unwrap();
         assert!(read(&fs, dir.path()).unwrap_err().to_string().contains("settings format 3"));
+    }
+
+    /// A database whose file predates bit 41 gets it at its next open, so an earlier tern
+    /// refuses it from then on; a new database has it from the start.
+    #[test]
+    fn opening_a_database_from_before_shared_heads_marks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::fs::StdFs;
+        crate::Db::open(dir.path(), crate::Options::default()).unwrap().close().unwrap();
+        let created = read(&fs, dir.path()).unwrap().unwrap();
+        assert!(created.shared_heads);
+        std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT, packed(&created) & !SHARED_HEADS)).unwrap();
+        assert!(!read(&fs, dir.path()).unwrap().unwrap().shared_heads);
+        crate::Db::open(dir.path(), crate::Options::default()).unwrap().close().unwrap();
+        assert_eq!(read(&fs, dir.path()).unwrap().unwrap(), created);
     }
 
     #[test]
@@ -191,7 +220,7 @@ mod tests {
         let fs = crate::fs::StdFs;
         std::fs::write(dir.path().join(FILE), file_header(MAGIC, FORMAT_PAGE_SIZE_ONLY, 8192)).unwrap();
         let settings = read(&fs, dir.path()).unwrap().unwrap();
-        assert_eq!(settings, Settings { page_size: 8192, shape: None });
+        assert_eq!(settings, Settings { page_size: 8192, shape: None, shared_heads: false });
         let given = TreeConfig { layout: Layout::Eytzinger, hints: false, ..TreeConfig::default() };
         let applied = settings.apply(given);
         assert_eq!((applied.page_size, applied.layout, applied.hints), (8192, Layout::Eytzinger, false));

@@ -1013,3 +1013,67 @@ fn a_hint_finds_its_keys_slot_only_while_its_leaf_is_unchanged() {
     t.upsert(&key(1002), b"other").unwrap();
     assert_eq!((slot(hint), slot(neighbour)), (None, None));
 }
+
+/// Keys that all share their first 12 bytes fill a tree of three levels, so the root and the
+/// first and last nodes of every level keep their heads past those bytes; then keys outside
+/// them (before, after, shorter, a prefix of them) go in one by one and most keys are deleted,
+/// and lookups and ranges around each outlier match a map after every step.
+#[test]
+fn shared_bytes_at_every_level_shrink_as_outliers_arrive() {
+    for shape in SHAPES {
+        let t = tree(shape, 4096);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let key =
+            |i: u32| [&[0u8; 8][..], b"tnt/", &(i.wrapping_mul(2_654_435_761) % 1_000_000).to_be_bytes()[..]].concat();
+        for i in 0..20_000u32 {
+            let (k, v) = (key(i), vec![(i % 251) as u8; (i % 7) as usize]);
+            t.upsert(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        let loaded = t.check().unwrap();
+        assert!(loaded.height >= 3, "{shape:?}: {loaded:?}");
+        assert!(
+            loaded.shared_nodes >= 2 * (loaded.height - 1),
+            "{shape:?}: the edges of every level share: {loaded:?}"
+        );
+        let probes: Vec<Vec<u8>> = vec![
+            vec![0],
+            vec![0; 8],
+            [&[0u8; 8][..], b"tnt/"].concat(),
+            [&[0u8; 8][..], b"tnt"].concat(),
+            [&[0u8; 8][..], b"tnt/\0"].concat(),
+            [&[0u8; 8][..], b"tnt0"].concat(),
+            [&[0u8; 8][..], b"tnu"].concat(),
+            [&[0u8; 8][..], b"tns\xff\xff"].concat(),
+            [&[0u8; 8][..], b"tnt/\xff\xff\xff\xff\xff"].concat(),
+            vec![0xff; 20],
+            vec![1],
+        ];
+        let verify = |t: &BTree, model: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str| {
+            for p in &probes {
+                assert_eq!(t.get(p).unwrap(), model.get(p).cloned(), "{what}: get {p:?}");
+                let want: Vec<_> = model.range(p.clone()..).take(3).map(|(k, v)| (k.clone(), v.clone())).collect();
+                assert_eq!(t.range(&p[..]..).take(3).collect::<Vec<_>>(), want, "{what}: range from {p:?}");
+                let want: Vec<_> =
+                    model.range(..p.clone()).rev().take(3).map(|(k, v)| (k.clone(), v.clone())).collect();
+                assert_eq!(t.range(..&p[..]).rev().take(3).collect::<Vec<_>>(), want, "{what}: range before {p:?}");
+            }
+            t.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        };
+        verify(&t, &model, "loaded");
+        for (j, p) in probes.iter().enumerate() {
+            t.upsert(p, b"outlier").unwrap();
+            model.insert(p.clone(), b"outlier".to_vec());
+            verify(&t, &model, &format!("{shape:?} after outlier {j}"));
+        }
+        let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for (i, k) in keys.iter().enumerate() {
+            if i % 10 != 3 {
+                assert!(t.delete(k).unwrap());
+                model.remove(k);
+            }
+        }
+        verify(&t, &model, &format!("{shape:?} after deletes"));
+        assert_eq!(t.range(..).collect::<Vec<_>>(), model.into_iter().collect::<Vec<_>>());
+    }
+}

@@ -1007,6 +1007,7 @@ impl BTree {
                 return Err(format!("{here}: searching key {i} does not find it"));
             }
         }
+        shape.shared_nodes += usize::from(n.shared_len() > 0);
         if n.is_leaf() {
             shape.leaves += 1;
             shape.keys += keys.len();
@@ -1070,6 +1071,9 @@ pub struct TreeShape {
     pub inner: usize,
     /// Keys in the leaves.
     pub keys: usize,
+    /// Nodes that keep their key heads past bytes all their keys share (nodes short of a
+    /// fence whose keys share 4 bytes or more).
+    pub shared_nodes: usize,
 }
 
 /// Where to split `entries`: the first index of the right half, balancing bytes (1..len).
