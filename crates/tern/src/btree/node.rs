@@ -370,7 +370,7 @@ impl<'a> NodeRef<'a> {
         let (off, _, _) = self.slot_record(0);
         let mut stored = Vec::with_capacity(shared);
         self.page.read_into(off, shared, &mut stored);
-        stored.iter().zip(suffix).take_while(|(a, b)| a == b).count()
+        common_len(&stored, suffix)
     }
 
     /// Shrinks the shared bytes to `shared` and rewrites every head (and the hints) from the
@@ -1039,11 +1039,16 @@ pub(crate) fn read_refs<'b>(node: NodeRef<'_>, buf: &'b mut Vec<u8>) -> Vec<Entr
         .collect()
 }
 
+/// The length of the common prefix of `a` and `b`.
+pub(crate) fn common_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// The prefix shared by every key in `[lower, upper)`: the fences' common prefix, when both
 /// exist.
 pub(crate) fn common_prefix_len(lower: Option<&[u8]>, upper: Option<&[u8]>) -> usize {
     match (lower, upper) {
-        (Some(l), Some(u)) => l.iter().zip(u).take_while(|(a, b)| a == b).count(),
+        (Some(l), Some(u)) => common_len(l, u),
         _ => 0,
     }
 }
@@ -1056,10 +1061,7 @@ fn shared_len_of<E: EntryView>(spec: &NodeSpec<'_>, entries: &[E], prefix: usize
         return 0;
     }
     match entries {
-        [first, .., last] => {
-            let (a, b) = (&first.key()[prefix..], &last.key()[prefix..]);
-            worth_sharing(a.iter().zip(b).take_while(|(x, y)| x == y).count())
-        }
+        [first, .., last] => worth_sharing(common_len(&first.key()[prefix..], &last.key()[prefix..])),
         _ => 0,
     }
 }

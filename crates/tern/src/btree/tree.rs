@@ -1093,6 +1093,6 @@ fn split_point<E: node::EntryView>(entries: &[E]) -> usize {
 /// The shortest key `s` with `left < s <= right` (for `left < right`): `right` cut just past
 /// the first byte where they differ (suffix truncation of separators).
 pub(crate) fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
-    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    let common = node::common_len(left, right);
     right[..(common + 1).min(right.len())].to_vec()
 }
