@@ -359,6 +359,48 @@ fn the_load_phase_reports_its_batch_size_and_loads_every_record() {
 }
 
 #[test]
+fn a_warm_up_runs_before_the_points_and_is_not_counted_in_them() {
+    // In the driver's process and in a worker process under a memory limit: every run record
+    // says how long the warm-up was, the points still count exactly --operations, and the
+    // report names the warm-up's rate per engine.
+    let check = |stdout: &str, stderr: &str| {
+        for run in json_lines(stdout).iter().filter(|l| l["phase"] == "run") {
+            assert_eq!(run["warmup_secs"].as_f64(), Some(0.2), "{run}");
+            assert_eq!(run["ops"].as_u64(), Some(2000), "the warm-up's operations are not the point's: {run}");
+        }
+        assert!(stderr.contains("2000 operations per point after a 0.2 s warm-up"), "{stderr}");
+        assert!(
+            stderr.contains("warm-up before the points: each engine ran the workload for 0.2 s at 2 thread(s)"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("(operations/s: tern "), "{stderr}");
+    };
+    let mut args = vec!["bench", "compare", "--engine", "tern", "--workload", "c,a", "--threads", "1,2"];
+    args.extend(["--warmup", "0.2", "--json"]);
+    let mut local = args.clone();
+    local.extend(SMALL);
+    let start = std::time::Instant::now();
+    let (ok, stdout, stderr) = tern(&local);
+    assert!(ok, "{stderr}");
+    check(&stdout, &stderr);
+    // Two workloads, each warmed up for its 0.2 s whatever --operations says.
+    assert!(start.elapsed().as_secs_f64() >= 0.4, "the warm-ups ran their time: {:?}", start.elapsed());
+    if let Some((stdout, stderr)) = compare_under_a_limit(&args) {
+        check(&stdout, &stderr);
+    }
+    // Without --warmup: none, and the records say 0.
+    let mut none = vec!["bench", "compare", "--engine", "tern", "--workload", "c", "--threads", "1", "--json"];
+    none.extend(SMALL);
+    let (ok, stdout, stderr) = tern(&none);
+    assert!(ok && !stderr.contains("warm-up"), "{stderr}");
+    assert!(json_lines(&stdout).iter().filter(|l| l["phase"] == "run").all(|r| r["warmup_secs"].as_f64() == Some(0.0)));
+    for bad in ["--warmup=-1", "--warmup=3601", "--warmup=NaN"] {
+        let (ok, _, stderr) = tern(&["bench", "compare", "--workload", "c", bad]);
+        assert!(!ok && stderr.contains("--warmup must be in [0, 3600] seconds"), "{bad}: {stderr}");
+    }
+}
+
+#[test]
 fn ingest_reports_both_loads_with_their_phases() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, stdout, stderr) = tern(&[

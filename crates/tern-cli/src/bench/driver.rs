@@ -83,6 +83,11 @@ pub struct DriverArgs {
     /// Seconds per measured point (one engine, one round).
     #[arg(long, default_value_t = 1.0, value_name = "SECS")]
     pub duration: f64,
+    /// Seconds each engine runs each workload, unmeasured, before its first measured point
+    /// (one engine after the other, at the largest --threads), so that the points measure
+    /// caches that have settled rather than the state the load left [default: 0, none].
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub warmup: f64,
     /// Thread counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_name = "N,...")]
     pub threads: Vec<usize>,
@@ -180,6 +185,9 @@ impl DriverArgs {
     pub fn validate(&self) -> Result<(), String> {
         if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
             return Err(format!("--duration must be in (0, 3600] seconds, got {}", self.duration));
+        }
+        if !(self.warmup.is_finite() && (0.0..=3600.0).contains(&self.warmup)) {
+            return Err(format!("--warmup must be in [0, 3600] seconds, got {}", self.warmup));
         }
         if self.threads.is_empty() || self.threads.iter().any(|&t| t == 0 || t > 1024) {
             return Err(format!("--threads must list counts in 1..=1024, got {:?}", self.threads));
@@ -403,9 +411,10 @@ pub trait EngineRun {
     fn load(&self, job: usize, items: std::ops::Range<u64>) -> Result<Option<Sample>, String>;
     /// Sets up job `job`'s shared state after the load and earlier jobs ([`Job::loaded`]).
     fn prepare(&self, job: usize) -> Result<(), String>;
-    /// One measurement of job `job` with `threads` threads; failures are collected (the sample
-    /// then does not count the failed threads); `None` if interrupted.
-    fn measure(&self, job: usize, threads: usize, failures: &Mutex<Vec<String>>) -> Option<Sample>;
+    /// One measurement of job `job` with `threads` threads, for `secs` seconds if given (a
+    /// warm-up), else as the run's `--duration` or `--operations` say; failures are collected
+    /// (the sample then does not count the failed threads); `None` if interrupted.
+    fn measure(&self, job: usize, threads: usize, secs: Option<f64>, failures: &Mutex<Vec<String>>) -> Option<Sample>;
     /// Checks the engine's data after job `job`'s run ([`Job::check`]).
     fn check(&self, job: usize) -> Result<Option<String>, String>;
 }
@@ -508,9 +517,9 @@ impl EngineRun for LocalEngine<'_> {
         Ok(())
     }
 
-    fn measure(&self, i: usize, threads: usize, failures: &Mutex<Vec<String>>) -> Option<Sample> {
+    fn measure(&self, i: usize, threads: usize, secs: Option<f64>, failures: &Mutex<Vec<String>>) -> Option<Sample> {
         match self.job(i) {
-            Ok(job) => measure(job, &self.state, self.args, threads, failures),
+            Ok(job) => measure(job, &self.state, self.args, threads, secs, failures),
             Err(m) => {
                 failures.lock().push(format!("{}: {m}", self.state.name));
                 None
@@ -630,19 +639,24 @@ fn engine_fields(e: &dyn EngineRun) -> serde_json::Map<String, Value> {
     m
 }
 
-/// One measurement of `job` on `e` with `threads` threads; failures are collected. Adds the
-/// process's reads during it per operation: `read_bytes_per_op` and `reads_per_op` (from
-/// [`ProcIo`]; null where unavailable).
+/// One measurement of `job` on `e` with `threads` threads, for `secs` if given (else as `args`
+/// say); failures are collected. Adds the process's reads during it per operation:
+/// `read_bytes_per_op` and `reads_per_op` (from [`ProcIo`]; null where unavailable).
 fn measure(
     job: &dyn Job,
     e: &EngineState,
     args: &DriverArgs,
     threads: usize,
+    secs: Option<f64>,
     failures: &Mutex<Vec<String>>,
 ) -> Option<Sample> {
     let run = e.runs.fetch_add(1, Relaxed);
     let body = |t: usize, ctl: &Control| {
-        let quota = args.operations.map(|n| n / threads as u64 + u64::from((t as u64) < n % threads as u64));
+        // A warm-up runs for its time, whatever --operations says.
+        let quota = args
+            .operations
+            .filter(|_| secs.is_none())
+            .map(|n| n / threads as u64 + u64::from((t as u64) < n % threads as u64));
         let seed = args.seed ^ (run << 32) ^ ((t as u64 + 1) << 16);
         let result = e
             .engine
@@ -657,9 +671,10 @@ fn measure(
     let before = e.engine.wal_stats();
     let latches_before = e.engine.latch_stats();
     let io_before = ProcIo::now();
-    let mut sample = match args.operations {
-        Some(_) => run_threads_to_completion(threads, body),
-        None => run_threads(threads, Duration::from_secs_f64(args.duration), body),
+    let mut sample = match (secs, args.operations) {
+        (Some(secs), _) => run_threads(threads, Duration::from_secs_f64(secs), body),
+        (None, Some(_)) => run_threads_to_completion(threads, body),
+        (None, None) => run_threads(threads, Duration::from_secs_f64(args.duration), body),
     }?;
     let io = io_before.zip(ProcIo::now());
     let ops = sample.ops().max(1) as f64;
@@ -841,13 +856,14 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             e.prepare(j)?;
         }
         let failures = Mutex::new(Vec::new());
+        let warm_note = warm_up(&engines, j, args, &failures);
         let mut cases = Vec::new();
         for &t in &args.threads {
             let variants: Vec<(String, RunFn<'_>)> = engines
                 .iter()
                 .map(|e| {
                     let failures = &failures;
-                    (e.name().to_string(), Box::new(move || e.measure(j, t, failures)) as RunFn<'_>)
+                    (e.name().to_string(), Box::new(move || e.measure(j, t, None, failures)) as RunFn<'_>)
                 })
                 .collect();
             let mut params = vec![("workload", json!(job.workload())), ("phase", json!("run"))];
@@ -860,11 +876,13 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             if harness::interrupted() { Vec::new() } else { runner::run(job.bench(), &cases, args.rounds) };
         for r in &mut records {
             r.extra.insert("engine".into(), json!(r.variant));
+            r.extra.insert("warmup_secs".into(), json!(args.warmup));
             if let Some(e) = engines.iter().find(|e| e.name() == r.variant) {
                 r.extra.extend(engine_fields(e.as_ref()));
             }
         }
         let mut notes = vec![format!("  {}", job.describe())];
+        notes.extend(warm_note);
         notes.extend(engine_notes(&engines, args));
         notes.extend(io_table(&records));
         notes.extend(commit_table(&records, args.durability()));
@@ -887,9 +905,11 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             "{} {}: run phase, {}; {} round(s); {} CPUs",
             job.bench(),
             job.workload(),
-            match args.operations {
-                Some(n) => format!("{n} operations per point"),
-                None => format!("{} s per point", args.duration),
+            match (args.operations, args.warmup > 0.0) {
+                (Some(n), false) => format!("{n} operations per point"),
+                (None, false) => format!("{} s per point", args.duration),
+                (Some(n), true) => format!("{n} operations per point after a {} s warm-up", args.warmup),
+                (None, true) => format!("{} s per point after a {} s warm-up", args.duration, args.warmup),
             },
             args.rounds,
             std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -926,6 +946,35 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
         ));
     }
     Ok(())
+}
+
+/// `--warmup`: runs job `job` on each engine in turn for the warm-up's seconds at the largest
+/// thread count, unmeasured (failures are collected); returns the report's line on it, none
+/// without a warm-up.
+fn warm_up(
+    engines: &[Box<dyn EngineRun + '_>],
+    job: usize,
+    args: &DriverArgs,
+    failures: &Mutex<Vec<String>>,
+) -> Option<String> {
+    if args.warmup <= 0.0 {
+        return None;
+    }
+    let threads = args.threads.iter().copied().max().unwrap_or(1);
+    let mut rates = Vec::new();
+    for e in engines {
+        if harness::interrupted() {
+            break;
+        }
+        let rate = e.measure(job, threads, Some(args.warmup), failures).map(|s| s.ops_per_sec());
+        rates.push(format!("{} {}", e.name(), rate.map_or_else(|| "-".to_string(), si)));
+    }
+    Some(format!(
+        "  warm-up before the points: each engine ran the workload for {} s at {threads} thread(s), not measured \
+         (operations/s: {})",
+        args.warmup,
+        rates.join(", ")
+    ))
 }
 
 /// A byte count for the tables: `-` when there is none.

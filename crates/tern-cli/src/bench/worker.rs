@@ -41,11 +41,27 @@ pub struct WorkerArgs {}
 /// What the parent asks; jobs are named by their index in `Open`'s list.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
-    Open { engine: String, args: Box<DriverArgs>, jobs: Vec<JobSpec> },
-    Load { start: u64, end: u64 },
-    Prepare { job: usize },
-    Measure { job: usize, threads: usize },
-    Check { job: usize },
+    Open {
+        engine: String,
+        args: Box<DriverArgs>,
+        jobs: Vec<JobSpec>,
+    },
+    Load {
+        start: u64,
+        end: u64,
+    },
+    Prepare {
+        job: usize,
+    },
+    /// `secs`: a warm-up of that length instead of the run's `--duration`/`--operations`.
+    Measure {
+        job: usize,
+        threads: usize,
+        secs: Option<f64>,
+    },
+    Check {
+        job: usize,
+    },
     Quit,
 }
 
@@ -203,9 +219,9 @@ pub fn serve() -> Result<(), String> {
                 Ok(()) => Reply::Done,
                 Err(message) => Reply::Failed { message },
             },
-            Request::Measure { job, threads } => {
+            Request::Measure { job, threads, secs } => {
                 let failures = Mutex::new(Vec::new());
-                let sample = engine.measure(job, threads, &failures);
+                let sample = engine.measure(job, threads, secs, &failures);
                 Reply::Measured {
                     sample: sample.as_ref().map(WireSample::from_sample),
                     failures: failures.into_inner(),
@@ -509,11 +525,11 @@ impl EngineRun for Worker {
         }
     }
 
-    fn measure(&self, job: usize, threads: usize, failures: &Mutex<Vec<String>>) -> Option<Sample> {
+    fn measure(&self, job: usize, threads: usize, secs: Option<f64>, failures: &Mutex<Vec<String>>) -> Option<Sample> {
         if harness::interrupted() {
             return None;
         }
-        let sample = match self.call(&Request::Measure { job, threads }) {
+        let sample = match self.call(&Request::Measure { job, threads, secs }) {
             Ok(Reply::Measured { sample, failures: theirs }) => {
                 failures.lock().extend(theirs.into_iter().map(|m| format!("{}: {m}", self.name)));
                 sample.map(WireSample::into_sample)
