@@ -106,7 +106,8 @@ fn layout_of(code: u64) -> Option<Layout> {
 /// The format-2 number of `settings` (which are complete).
 fn packed(settings: &Settings) -> u64 {
     let (layout, hints) = settings.shape.expect("settings are written complete");
-    settings.page_size as u64 | layout_code(layout) << 32 | u64::from(hints) << 40 | SHARED_HEADS
+    let shared = if settings.shared_heads { SHARED_HEADS } else { 0 };
+    settings.page_size as u64 | layout_code(layout) << 32 | u64::from(hints) << 40 | shared
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -173,8 +174,8 @@ mod tests {
         let fs = crate::fs::StdFs;
         assert_eq!(read(&fs, dir.path()).unwrap(), None);
         for layout in Layout::ALL {
-            for hints in [false, true] {
-                let settings = Settings { page_size: 8192, shape: Some((layout, hints)), shared_heads: true };
+            for (hints, shared_heads) in [(false, false), (false, true), (true, false), (true, true)] {
+                let settings = Settings { page_size: 8192, shape: Some((layout, hints)), shared_heads };
                 write(&fs, dir.path(), &settings).unwrap();
                 assert_eq!(read(&fs, dir.path()).unwrap(), Some(settings));
             }

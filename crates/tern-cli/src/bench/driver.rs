@@ -905,12 +905,10 @@ pub fn run(jobs: &[&dyn Job], engine_names: &[String], args: &DriverArgs) -> Res
             "{} {}: run phase, {}; {} round(s); {} CPUs",
             job.bench(),
             job.workload(),
-            match (args.operations, args.warmup > 0.0) {
-                (Some(n), false) => format!("{n} operations per point"),
-                (None, false) => format!("{} s per point", args.duration),
-                (Some(n), true) => format!("{n} operations per point after a {} s warm-up", args.warmup),
-                (None, true) => format!("{} s per point after a {} s warm-up", args.duration, args.warmup),
-            },
+            match args.operations {
+                Some(n) => format!("{n} operations per point"),
+                None => format!("{} s per point", args.duration),
+            } + &if args.warmup > 0.0 { format!(" after a {} s warm-up", args.warmup) } else { String::new() },
             args.rounds,
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
@@ -966,12 +964,14 @@ fn warm_up(
         if harness::interrupted() {
             break;
         }
-        let rate = e.measure(job, threads, Some(args.warmup), failures).map(|s| s.ops_per_sec());
-        rates.push(format!("{} {}", e.name(), rate.map_or_else(|| "-".to_string(), si)));
+        let done = e.measure(job, threads, Some(args.warmup), failures);
+        rates.push(match done {
+            Some(s) => format!("{} {} operations/s ({} operations)", e.name(), si(s.ops_per_sec()), s.ops()),
+            None => format!("{} -", e.name()),
+        });
     }
     Some(format!(
-        "  warm-up before the points: each engine ran the workload for {} s at {threads} thread(s), not measured \
-         (operations/s: {})",
+        "  warm-up before the points: each engine ran the workload for {} s at {threads} thread(s), not measured: {}",
         args.warmup,
         rates.join(", ")
     ))

@@ -38,30 +38,15 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Clone, Debug)]
 pub struct WorkerArgs {}
 
-/// What the parent asks; jobs are named by their index in `Open`'s list.
+/// What the parent asks; jobs are named by their index in `Open`'s list. `Measure` with `secs`
+/// is a warm-up of that length instead of the run's `--duration`/`--operations`.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
-    Open {
-        engine: String,
-        args: Box<DriverArgs>,
-        jobs: Vec<JobSpec>,
-    },
-    Load {
-        start: u64,
-        end: u64,
-    },
-    Prepare {
-        job: usize,
-    },
-    /// `secs`: a warm-up of that length instead of the run's `--duration`/`--operations`.
-    Measure {
-        job: usize,
-        threads: usize,
-        secs: Option<f64>,
-    },
-    Check {
-        job: usize,
-    },
+    Open { engine: String, args: Box<DriverArgs>, jobs: Vec<JobSpec> },
+    Load { start: u64, end: u64 },
+    Prepare { job: usize },
+    Measure { job: usize, threads: usize, secs: Option<f64> },
+    Check { job: usize },
     Quit,
 }
 
