@@ -1357,15 +1357,19 @@ fn page_io_errors_on_and_off_under_concurrent_use_fail_operations_and_lose_no_co
         });
         let errs = errs.into_inner().unwrap();
         // The phase above meets the faults by chance (how often depends on the scheduling);
-        // this probe by construction: with page writes failing, a checkpoint that must write a
-        // changed leaf fails with an I/O error, and loses nothing (the balances below hold).
+        // this probe by construction: with page writes failing, rewriting a row fails with an
+        // I/O error, either in the transaction (a frame it needs must come from evicting a
+        // dirty page, whose write-back fails) or in the checkpoint that must write the changed
+        // leaf, and loses nothing (the balances below hold; the row is written unchanged).
         faults.fail_page_writes.store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut t = db.begin().unwrap();
-        let row = t.get_in(&bank, &account(0)).unwrap().unwrap();
-        t.put_in(&bank, &account(0), &row).unwrap();
-        t.commit().unwrap();
-        db.gc();
-        let probe = db.checkpoint();
+        let probe = (|| -> tern::Result<()> {
+            let mut t = db.begin()?;
+            let row = t.get_in(&bank, &account(0))?.expect("every account exists");
+            t.put_in(&bank, &account(0), &row)?;
+            t.commit()?;
+            db.gc();
+            db.checkpoint().map(drop)
+        })();
         faults.fail_page_writes.store(false, std::sync::atomic::Ordering::Relaxed);
         assert!(matches!(probe, Err(Error::Io { .. })), "the faults reach the operations: {probe:?} {errs:?}");
         let mut want = vec![START as i64; ACCOUNTS as usize];
