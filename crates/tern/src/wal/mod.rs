@@ -61,9 +61,10 @@
 //! 8. Mapped: `written` is published under the append latch as each record is copied, so
 //!    `written == end` whenever the latch is free, and a `NoSync` waiter finds itself covered
 //!    without taking the group's mutex (`group.rs`). A mapping is dropped before its file is
-//!    cut (a populate handle may keep its memory mapped a moment longer, never its bytes
-//!    reachable: it only faults pages in, and past the file's end it gets an error, not a
-//!    signal), and nothing is appended after the log's shutdown (the log stops).
+//!    cut (a populate or write-back handle may keep its memory mapped a moment longer, never
+//!    its bytes reachable: it only faults pages in, or drops filled ones from the page tables
+//!    before their write-back, and past the file's end it gets an error, not a signal), and
+//!    nothing is appended after the log's shutdown (the log stops).
 //!
 //! # Files
 //! `wal-<seq>.log`: a 32-byte header (`TERNWAL1`, sequence number, start LSN, checksum), then
