@@ -252,3 +252,37 @@ fn a_huge_lock_timeout_waits_rather_than_wrapping_to_nothing() {
         assert_eq!(waiter.join().unwrap(), Err(Error::Conflict.to_string()));
     });
 }
+
+/// Dropping a transaction that wrote nothing (the usual end of a read) ends it as a commit
+/// would: its snapshot no longer holds versions back, and it is counted once.
+#[test]
+fn a_transaction_dropped_without_writes_lets_go_of_its_snapshot() {
+    let db = db();
+    let put = |v: &[u8]| {
+        let mut t = db.begin().unwrap();
+        t.put(b"k", v).unwrap();
+        t.commit().unwrap();
+    };
+    put(b"1");
+    db.gc();
+    for read_only in [true, false] {
+        let before = db.stats().txn;
+        let t = if read_only { db.begin_read().unwrap() } else { db.begin().unwrap() };
+        let old = t.get(b"k").unwrap().unwrap();
+        put(b"2");
+        let held = db.gc();
+        assert!(held.remaining > 0, "the open snapshot keeps the old value: {held:?}");
+        assert_eq!(t.get(b"k").unwrap().unwrap(), old, "and still reads it");
+        drop(t);
+        let pass = db.gc();
+        assert_eq!(pass.remaining, 0, "dropped, it holds nothing back: {pass:?}");
+        assert_eq!(db.stats().gc.versions_live, 0);
+        let after = db.stats().txn;
+        if read_only {
+            assert_eq!((after.read_only, after.aborted), (before.read_only + 1, before.aborted));
+        } else {
+            assert_eq!((after.read_only, after.aborted), (before.read_only, before.aborted + 1));
+        }
+        put(&old);
+    }
+}

@@ -556,6 +556,12 @@ impl<'db> Txn<'db> {
 
     /// Unlinks the transaction's versions, newest write first, and ends it.
     fn rollback(&mut self) {
+        if self.writer.is_none() {
+            // Nothing written (every read-only transaction): no version to unlink, no lock.
+            self.end_light();
+            self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Aborted }, 1);
+            return;
+        }
         let mut retired = 0;
         let mut refold = Vec::new();
         let writes = self.writer.as_mut().map(|w| std::mem::take(&mut w.writes)).unwrap_or_default();
