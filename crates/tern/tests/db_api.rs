@@ -253,8 +253,8 @@ fn a_huge_lock_timeout_waits_rather_than_wrapping_to_nothing() {
     });
 }
 
-/// Dropping a transaction that wrote nothing (the usual end of a read) ends it as a commit
-/// would: its snapshot no longer holds versions back, and it is counted once.
+/// Dropping a transaction that wrote nothing (the usual end of a read) lets go of its snapshot:
+/// it no longer holds versions back, and it is counted once (read-only, or aborted).
 #[test]
 fn a_transaction_dropped_without_writes_lets_go_of_its_snapshot() {
     let db = db();
