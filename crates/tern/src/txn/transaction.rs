@@ -556,21 +556,31 @@ impl<'db> Txn<'db> {
 
     /// Unlinks the transaction's versions, newest write first, and ends it.
     fn rollback(&mut self) {
-        if self.writer.is_none() {
-            // Nothing written (every read-only transaction): no version to unlink, no lock.
-            self.end_light();
-            self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Aborted }, 1);
-            return;
+        // A transaction that wrote nothing (every read-only one) has no version to unlink, and
+        // ends without the pin's fence.
+        let writes = self.writer.as_mut().filter(|w| !w.writes.is_empty()).map(|w| std::mem::take(&mut w.writes));
+        let undone = writes.map(|writes| self.unlink(writes));
+        self.end();
+        // Ending a read-only transaction either way is the same thing: count it once.
+        self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Aborted }, 1);
+        if let Some((retired, refold)) = undone {
+            self.count(Counter::VersionsAborted, retired);
+            if !refold.is_empty() {
+                self.db.queue_for_gc(self.shard as usize, refold);
+            }
         }
+    }
+
+    /// Unlinks `writes`' versions, newest first; returns how many it retired and the keys
+    /// whose remaining chains may fold back into plain values. Out of line: most rollbacks
+    /// (every read-only transaction's end) have nothing to unlink.
+    #[inline(never)]
+    fn unlink(&self, writes: Vec<Write>) -> (u64, Vec<Item>) {
         let mut retired = 0;
         let mut refold = Vec::new();
-        let writes = self.writer.as_mut().map(|w| std::mem::take(&mut w.writes)).unwrap_or_default();
-        // Pinned only to retire versions: a transaction that wrote nothing (every read-only one)
-        // ends without the pin's fence.
-        let guard = (!writes.is_empty()).then(crossbeam_epoch::pin);
+        let guard = crossbeam_epoch::pin();
         let mut released = Vec::new();
         for w in writes.into_iter().rev() {
-            let guard = guard.as_ref().expect("pinned: there are writes");
             let table = w.table.as_deref().unwrap_or(&*self.db.default_table);
             // SAFETY: our version, linked in its chain while we hold the key's lock.
             let v = unsafe { &*w.version };
@@ -596,7 +606,7 @@ impl<'db> Txn<'db> {
             match unlinked {
                 Ok((_, Some(older))) => {
                     // SAFETY: unlinked just now (the chain's head was our version).
-                    unsafe { retire(w.version, guard) };
+                    unsafe { retire(w.version, &guard) };
                     retired += 1;
                     if older {
                         // What is left may fold back into a plain value.
@@ -610,16 +620,8 @@ impl<'db> Txn<'db> {
                 Err(_) => {}
             }
         }
-        if let Some(guard) = &guard {
-            self.db.chains.release(self.shard as usize, released, guard);
-        }
-        self.end();
-        self.count(Counter::VersionsAborted, retired);
-        // Ending a read-only transaction either way is the same thing: count it once.
-        self.count(if self.read_only { Counter::ReadOnlyEnded } else { Counter::Aborted }, 1);
-        if !refold.is_empty() {
-            self.db.queue_for_gc(self.shard as usize, refold);
-        }
+        self.db.chains.release(self.shard as usize, released, &guard);
+        (retired, refold)
     }
 
     /// Leaves the slot and releases the locks.
