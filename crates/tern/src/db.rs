@@ -355,8 +355,15 @@ impl Db {
         // The page file holds the newest page checkpoint's pages; without one, it starts
         // afresh (see `buffer` and `checkpoint`).
         let pool_config = pool_config(&options);
-        let open_pool = |pages: Option<&[checkpoint::map::Placed]>| match pages {
-            Some(pages) => Pool::open_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE), false, pages),
+        let open_pool = |map: Option<&checkpoint::map::PageMap>| match map {
+            Some(map) => Pool::open_file(
+                pool_config.clone(),
+                fs.clone(),
+                dir.join(PAGE_FILE),
+                false,
+                map.chunk_pages,
+                &map.pages,
+            ),
             None => Pool::with_file(pool_config.clone(), fs.clone(), dir.join(PAGE_FILE)),
         };
         let (batch, defer) = (options.wal.replay_batch_bytes, options.wal.deferred_replay);

@@ -3,9 +3,9 @@
 //!
 //! The design follows vmcache (Leis et al., SIGMOD 2023) with a page table instead of a
 //! virtual-memory reservation: page ids index a dense table of 16-byte entries (a state word
-//! and a frame address), page `p` owns blocks `2p` and `2p + 1` of the page file (its two
-//! slots: the durable checkpoint's image and the next one), and eviction is a clock over the
-//! frames. Components:
+//! and a frame address), each page owns two blocks of the page file (its two slots: the
+//! durable checkpoint's image and the next one; neighbouring pages' blocks of one slot lie
+//! together, `file.rs`), and eviction is a clock over the frames. Components:
 //!
 //! * `state.rs`: the state word, latch + version + residency in one `u64`.
 //! * `page.rs`: a page's bytes as atomic words (optimistic readers race writers safely).
@@ -80,6 +80,9 @@ mod stats;
 mod tests;
 
 pub(crate) use capture::{Member, Taken};
+#[cfg(test)]
+pub(crate) use file::block_of;
+pub(crate) use file::MAX_CHUNK_PAGES;
 pub(crate) use frames::advise_huge_pages;
 pub(crate) use frames::frame_bytes;
 pub(crate) use guard::{ExclusivePage, PageRef, SharedPage};

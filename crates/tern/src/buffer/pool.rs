@@ -190,23 +190,25 @@ impl Pool {
     /// range (before the file is touched).
     pub fn with_file(config: PoolConfig, fs: Arc<dyn Fs>, path: PathBuf) -> Result<Arc<Pool>> {
         check_page_size(config.page_size)?;
-        let file = PageFile::create(fs, path, config.page_size)?;
+        let file = PageFile::create(fs, path, config.page_size, PageFile::chunk_pages_for(config.page_size))?;
         let pool = Pool::build(config, Some(file));
         super::evict::Evictor::start(&pool);
         Ok(pool)
     }
 
-    /// A pool over the existing page file at `path` holding a checkpoint's pages: `pages` gives
-    /// each page's id, kind, slot and crc32c. Every page starts on disk and comes in on demand.
-    /// `read_only`: nothing is ever written (`tern check`); dirty pages then stay in memory.
+    /// A pool over the existing page file at `path` holding a checkpoint's pages, laid out in
+    /// chunks of `chunk_pages` pages (`file.rs`): `pages` gives each page's id, kind, slot and
+    /// crc32c. Every page starts on disk and comes in on demand. `read_only`: nothing is ever
+    /// written (`tern check`); dirty pages then stay in memory.
     pub(crate) fn open_file(
         config: PoolConfig,
         fs: Arc<dyn Fs>,
         path: PathBuf,
         read_only: bool,
+        chunk_pages: u32,
         pages: &[(u32, u8, u8, u32)],
     ) -> Result<Arc<Pool>> {
-        let file = PageFile::open(fs, path, config.page_size, read_only)?;
+        let file = PageFile::open(fs, path, config.page_size, chunk_pages, read_only)?;
         let pool = Pool::build(config, Some(file));
         // `pages` is sorted by id (the map's order, checked when it was read): the gaps
         // between them are the free ids.
@@ -284,6 +286,11 @@ impl Pool {
     #[inline]
     pub fn page_size(&self) -> usize {
         self.page_size
+    }
+
+    /// Pages per chunk of the page file (`file.rs`); 1 without a file.
+    pub(crate) fn chunk_pages(&self) -> u32 {
+        self.file.as_ref().map_or(1, PageFile::chunk_pages)
     }
 
     /// Most frames now (`usize::MAX`: unbounded).

@@ -1,14 +1,17 @@
 //! The page checkpoint's file: which blocks of the page file hold the database at one snapshot.
 //!
 //! A page checkpoint is the page file's blocks it names plus this file, `checkpoint-<seq>.ckpt`
-//! with magic `TERNCKP2`: written as `.tmp`, synced, renamed, the directory synced (as the
+//! with magic `TERNCKP3` (`TERNCKP2` files, from before the page file's chunks, are read as
+//! files with one page per chunk): written as `.tmp`, synced, renamed, the directory synced (as the
 //! logical checkpoints of `mod.rs`, which stay readable: an old directory is loaded once and
 //! its next checkpoint is a page checkpoint).
 //!
 //! # Format
-//! A 32-byte header (`TERNCKP2`, snapshot `S`, log position `L`, checksum), then framed blocks
+//! A 32-byte header (`TERNCKP3`, snapshot `S`, log position `L`, checksum), then framed blocks
 //! as in the log (`crc32c | len | payload | padding`):
-//! * `6 | page_size: u32 | pages: u64 | tables: u32 | chains: u64` first;
+//! * `6 | page_size: u32 | pages: u64 | tables: u32 | chains: u64 | chunk_pages: u32` first
+//!   (`chunk_pages`: how the page file lays out its blocks, `buffer/file.rs`; absent in
+//!   `TERNCKP2`, where it is 1);
 //! * `7 | id: u32 | root: u32 | pages: u64 | nlen: u32 | name` per table, by id;
 //! * `8 | n: u32 | (pid: u32 | kind: u8 | slot: u8 | crc: u32)*` the page map, by page id: page
 //!   `pid` is in slot `slot` of the page file with checksum `crc` (kept apart from the block, so
@@ -25,12 +28,15 @@
 //!    the file and offset, never skipped.
 
 use super::{corruption, io};
+use crate::buffer::MAX_CHUNK_PAGES;
 use crate::fs::{write_all, Fs};
 use crate::wal::record::{check_frame, file_header, frame, frame_len, framed_len, parse_file_header, Bytes, FRAME};
 use crate::{Error, Result};
 use std::path::Path;
 
-pub(crate) const MAGIC: &[u8; 8] = b"TERNCKP2";
+pub(crate) const MAGIC: &[u8; 8] = b"TERNCKP3";
+/// The format before the page file's chunks: no `chunk_pages` (it is 1).
+const MAGIC_UNCHUNKED: &[u8; 8] = b"TERNCKP2";
 const INFO: u8 = 6;
 const TABLE: u8 = 7;
 const MAP: u8 = 8;
@@ -59,6 +65,8 @@ pub(crate) struct PageMap {
     pub snapshot: u64,
     pub lsn: u64,
     pub page_size: u32,
+    /// The page file's pages per chunk (`buffer/file.rs`).
+    pub chunk_pages: u32,
     pub tables: Vec<TableRoot>,
     pub pages: Vec<Placed>,
     pub chains: Vec<ChainValue>,
@@ -77,13 +85,26 @@ pub(crate) fn write(fs: &dyn Fs, dir: &Path, tmp: &str, name: &str, map: &PageMa
 /// Writes `map` to file `tmp` in `dir` and syncs it; returns the bytes written. Renaming it
 /// into place is the caller's (the checkpoint's commit point).
 pub(crate) fn write_tmp(fs: &dyn Fs, dir: &Path, tmp: &str, map: &PageMap) -> Result<u64> {
+    let out = encode(map, MAGIC);
+    let mut file = fs.create(&dir.join(tmp)).map_err(io(format!("creating checkpoint {tmp}")))?;
+    write_all(&mut *file, &out).map_err(io(format!("writing checkpoint {tmp}")))?;
+    file.sync().map_err(io(format!("syncing checkpoint {tmp}")))?;
+    Ok(out.len() as u64)
+}
+
+/// `map` as a file with `magic` (`MAGIC`; `MAGIC_UNCHUNKED` leaves `chunk_pages` out, as
+/// files before the chunks did).
+fn encode(map: &PageMap, magic: &[u8; 8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(BLOCK * 2);
-    out.extend_from_slice(&file_header(MAGIC, map.snapshot, map.lsn));
+    out.extend_from_slice(&file_header(magic, map.snapshot, map.lsn));
     let mut p = vec![INFO];
     p.extend_from_slice(&map.page_size.to_le_bytes());
     p.extend_from_slice(&(map.pages.len() as u64).to_le_bytes());
     p.extend_from_slice(&(map.tables.len() as u32).to_le_bytes());
     p.extend_from_slice(&(map.chains.len() as u64).to_le_bytes());
+    if magic == MAGIC {
+        p.extend_from_slice(&map.chunk_pages.to_le_bytes());
+    }
     frame(&p, &mut out);
     for t in &map.tables {
         let mut p = vec![TABLE];
@@ -142,23 +163,21 @@ pub(crate) fn write_tmp(fs: &dyn Fs, dir: &Path, tmp: &str, map: &PageMap) -> Re
     p.extend_from_slice(&(map.pages.len() as u64).to_le_bytes());
     p.extend_from_slice(&(map.chains.len() as u64).to_le_bytes());
     frame(&p, &mut out);
-    let mut file = fs.create(&dir.join(tmp)).map_err(io(format!("creating checkpoint {tmp}")))?;
-    write_all(&mut *file, &out).map_err(io(format!("writing checkpoint {tmp}")))?;
-    file.sync().map_err(io(format!("syncing checkpoint {tmp}")))?;
-    Ok(out.len() as u64)
+    out
 }
 
 /// Whether `head` (a checkpoint file's first bytes) is a page checkpoint's.
 pub(crate) fn is_page_checkpoint(head: &[u8]) -> bool {
-    head.starts_with(MAGIC)
+    head.starts_with(MAGIC) || head.starts_with(MAGIC_UNCHUNKED)
 }
 
 /// Reads the page checkpoint in `bytes` (the whole file `name`).
 pub(crate) fn parse(name: &str, bytes: &[u8]) -> Result<PageMap> {
     let head = bytes.get(..32).ok_or_else(|| corruption(name, 0, "the checkpoint is shorter than its header"))?;
-    let (snapshot, lsn) =
-        parse_file_header(MAGIC, head).ok_or_else(|| corruption(name, 0, "not a tern page checkpoint (bad header)"))?;
-    let mut map = PageMap { snapshot, lsn, ..PageMap::default() };
+    let chunked = !head.starts_with(MAGIC_UNCHUNKED);
+    let (snapshot, lsn) = parse_file_header(if chunked { MAGIC } else { MAGIC_UNCHUNKED }, head)
+        .ok_or_else(|| corruption(name, 0, "not a tern page checkpoint (bad header)"))?;
+    let mut map = PageMap { snapshot, lsn, chunk_pages: 1, ..PageMap::default() };
     let mut at = 32usize;
     let mut expected: Option<(u64, u32, u64)> = None;
     loop {
@@ -184,6 +203,10 @@ pub(crate) fn parse(name: &str, bytes: &[u8]) -> Result<PageMap> {
             Some(INFO) if expected.is_none() => {
                 let parsed = (|| Some((b.u32()?, b.u64()?, b.u32()?, b.u64()?)))();
                 let (page_size, pages, tables, chains) = parsed.ok_or_else(|| bad("malformed description block"))?;
+                if chunked {
+                    let chunk = b.u32().filter(|c| (1..=MAX_CHUNK_PAGES).contains(c));
+                    map.chunk_pages = chunk.ok_or_else(|| bad("malformed description block"))?;
+                }
                 map.page_size = page_size;
                 // Room for the map up front (bounded by what the file can hold: 10 bytes each).
                 map.pages.reserve(usize::try_from(pages).unwrap_or(0).min(bytes.len() / 10));
@@ -262,6 +285,7 @@ mod tests {
             snapshot: 42,
             lsn: 4096,
             page_size: 4096,
+            chunk_pages: 256,
             tables: vec![
                 TableRoot { id: 0, name: String::new(), root: 7, pages: 3 },
                 TableRoot { id: 1, name: "users".into(), root: 2, pages: 1 },
@@ -282,11 +306,97 @@ mod tests {
         assert_eq!(raw.len() as u64, bytes);
         assert!(is_page_checkpoint(&raw));
         let back = parse("c.ckpt", &raw).unwrap();
-        assert_eq!((back.snapshot, back.lsn, back.page_size), (42, 4096, 4096));
+        assert_eq!((back.snapshot, back.lsn, back.page_size, back.chunk_pages), (42, 4096, 4096, 256));
         assert_eq!(back.tables, map.tables);
         assert_eq!(back.pages, map.pages);
         assert_eq!(back.chains, map.chains);
         assert!(!dir.path().join("c.tmp").exists());
+    }
+
+    #[test]
+    fn a_page_map_from_before_the_chunks_reads_as_one_page_per_chunk() {
+        let map = sample();
+        let raw = encode(&map, MAGIC_UNCHUNKED);
+        assert!(raw.starts_with(b"TERNCKP2") && is_page_checkpoint(&raw));
+        let back = parse("c.ckpt", &raw).unwrap();
+        assert_eq!((back.snapshot, back.page_size, back.chunk_pages), (42, 4096, 1));
+        assert_eq!((back.tables, back.pages, back.chains), (map.tables, map.pages, map.chains));
+    }
+
+    #[test]
+    fn a_page_map_naming_no_pages_per_chunk_or_too_many_is_corrupt() {
+        for chunk in [0, MAX_CHUNK_PAGES + 1] {
+            let raw = encode(&PageMap { chunk_pages: chunk, ..sample() }, MAGIC);
+            match parse("c.ckpt", &raw) {
+                Err(Error::Corruption { file, reason, .. }) => {
+                    assert_eq!(file, "c.ckpt");
+                    assert!(reason.contains("description"), "{reason}");
+                }
+                other => panic!("{chunk} pages per chunk: {other:?}"),
+            }
+        }
+    }
+
+    /// Rewrites the closed database in `dir` as tern wrote it before the page file's chunks:
+    /// every block moved to `2p + slot`, the checkpoint in the `TERNCKP2` format.
+    fn unchunk(dir: &Path) {
+        let name = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .find(|n| n.starts_with("checkpoint-") && n.ends_with(".ckpt"))
+            .unwrap();
+        let map = parse(&name, &std::fs::read(dir.join(&name)).unwrap()).unwrap();
+        assert!(map.chunk_pages > 1);
+        let page = map.page_size as u64;
+        let old = std::fs::read(dir.join("pages")).unwrap();
+        let mut new = Vec::new();
+        for &(pid, _, slot, _) in &map.pages {
+            let from = (crate::buffer::block_of(pid, slot, map.chunk_pages) * page) as usize;
+            let to = (2 * u64::from(pid) + u64::from(slot)) * page;
+            new.resize(new.len().max((to + page) as usize), 0);
+            new[to as usize..(to + page) as usize].copy_from_slice(&old[from..from + page as usize]);
+        }
+        std::fs::write(dir.join("pages"), new).unwrap();
+        std::fs::write(dir.join(&name), encode(&PageMap { chunk_pages: 1, ..map }, MAGIC_UNCHUNKED)).unwrap();
+    }
+
+    /// A database whose page file has one page per chunk (written before the chunks) opens,
+    /// reads, and keeps that layout through later checkpoints.
+    #[test]
+    fn a_database_from_before_the_chunks_opens_and_keeps_its_layout() {
+        use crate::{btree::TreeConfig, Db, Options};
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { tree: TreeConfig { page_size: 4096, ..TreeConfig::default() }, ..Options::default() };
+        let db = Db::open(dir.path(), options).unwrap();
+        let mut txn = db.begin().unwrap();
+        for i in 0..3000u32 {
+            txn.put(&i.to_be_bytes(), &[1; 100]).unwrap();
+        }
+        txn.commit().unwrap();
+        db.close().unwrap();
+        unchunk(dir.path());
+        let db = Db::open(dir.path(), options).unwrap();
+        let r = db.begin_read().unwrap();
+        assert_eq!(r.range(..).unwrap().filter(|(_, v)| v[..] == [1; 100]).count(), 3000);
+        drop(r);
+        let mut txn = db.begin().unwrap();
+        for i in (0..3000u32).step_by(3) {
+            txn.put(&i.to_be_bytes(), &[2; 100]).unwrap();
+        }
+        txn.commit().unwrap();
+        db.close().unwrap();
+        let name = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .find(|n| n.ends_with(".ckpt"))
+            .unwrap();
+        let raw = std::fs::read(dir.path().join(&name)).unwrap();
+        assert!(raw.starts_with(MAGIC), "a new checkpoint is written in the new format");
+        assert_eq!(parse(&name, &raw).unwrap().chunk_pages, 1, "the page file keeps its layout");
+        let db = Db::open(dir.path(), options).unwrap();
+        let r = db.begin_read().unwrap();
+        let values: Vec<u8> = r.range(..).unwrap().map(|(_, v)| v[0]).collect();
+        assert_eq!(values, (0..3000).map(|i| if i % 3 == 0 { 2 } else { 1 }).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -120,6 +120,7 @@ pub(crate) fn write(req: &Request<'_>, chains: &mut Chains, at_instant: impl FnO
         snapshot: req.snapshot,
         lsn: req.lsn,
         page_size: req.pool.page_size() as u32,
+        chunk_pages: req.pool.chunk_pages(),
         tables: roots
             .into_iter()
             .map(|(id, name, (root, pages))| TableRoot { id, name, root, pages: pages as u64 })

@@ -123,11 +123,12 @@ pub(crate) fn recover_read_only<T>(dir: &Path, f: impl FnOnce(&Recovered, TreeCo
         row_cache_bytes: 0,
         huge_pages: config.huge_pages,
     };
-    let open_pool = |pages: Option<&[crate::checkpoint::map::Placed]>| match pages {
+    let open_pool = |map: Option<&crate::checkpoint::map::PageMap>| match map {
         // The checkpoint's pages are read from the database's page file, which is never
         // written: pages the log replay changes stay in memory.
-        Some(pages) => {
-            Pool::open_file(pool_config.clone(), Arc::new(crate::fs::StdFs), dir.join(PAGE_FILE), true, pages)
+        Some(map) => {
+            let path = dir.join(PAGE_FILE);
+            Pool::open_file(pool_config.clone(), Arc::new(crate::fs::StdFs), path, true, map.chunk_pages, &map.pages)
         }
         None => Pool::with_file(pool_config.clone(), Arc::new(crate::fs::StdFs), scratch.join(PAGE_FILE)),
     };

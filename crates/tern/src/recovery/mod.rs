@@ -42,7 +42,7 @@ pub(crate) use lock::{lock_dir, DirLock};
 
 use crate::btree::{BTree, TreeConfig};
 use crate::buffer::Pool;
-use crate::checkpoint::{self, map::ChainValue, map::Placed};
+use crate::checkpoint::{self, map::ChainValue, map::PageMap};
 use crate::fs::Fs;
 use crate::wal::reader::{scan, TornTail};
 use crate::{Error, Result};
@@ -132,7 +132,7 @@ impl std::fmt::Display for RecoveryStats {
 
 /// Gives recovery its pool: over the page file holding a page checkpoint's pages (`Some`), or
 /// a new one (`None`).
-pub(crate) type OpenPool<'a> = dyn Fn(Option<&[Placed]>) -> Result<Arc<Pool>> + 'a;
+pub(crate) type OpenPool<'a> = dyn Fn(Option<&PageMap>) -> Result<Arc<Pool>> + 'a;
 
 /// The recovered database.
 pub(crate) struct Recovered {
@@ -202,7 +202,7 @@ pub(crate) fn recover(
     let logical = newest.is_some() && page_map.is_none();
     let (pool, mut tables, snapshot, lsn) = match (newest, page_map) {
         (Some(seq), Some(map)) => {
-            let pool = open_pool(Some(&map.pages))?;
+            let pool = open_pool(Some(&map))?;
             let mut tables = Vec::with_capacity(map.tables.len());
             for t in map.tables {
                 let pages = usize::try_from(t.pages).unwrap_or(usize::MAX);
