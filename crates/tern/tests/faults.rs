@@ -584,8 +584,9 @@ fn damage_outside_a_torn_tail_fails_open_and_check_naming_the_file() {
         ("first log cut", edit(&logs[0], |b| b.truncate(b.len() - 5))),
         ("pages removed", Box::new(|d: &Path| std::fs::remove_file(d.join("pages")).unwrap())),
         ("pages cut to 0", edit("pages", Vec::clear)),
-        // Two 4 KiB blocks left: the pages past them are lost (half of the file may be
-        // unwritten blocks only, since the file is laid out in chunks).
+        // Two blocks left (`small()` has 4 KiB pages): the durable blocks of the pages past
+        // them are lost. (Half of the file would often cut only slot-1 blocks, which the
+        // durable checkpoint may not use, since the file is laid out in chunks.)
         ("pages cut after two blocks", edit("pages", |b| b.truncate(8192))),
         (
             "SETTINGS flipped",

@@ -257,7 +257,8 @@ impl Pool {
         Some(freed)
     }
 
-    /// Writes back the dirty pages `pids` (in block order); pages that changed or are already
+    /// Writes back the dirty pages `pids` (in page order: block order within each slot); pages
+    /// that changed or are already
     /// being written are skipped. The first I/O error stops the batch and is returned.
     pub(crate) fn write_back(&self, pids: &mut [u32]) -> Result<()> {
         let file = self.file.as_ref().expect("only pools with a file evict");

@@ -1,7 +1,7 @@
 //! Cold per-page facts, touched by I/O and checkpoints only: where a page's images are in the
 //! page file, their checksums, and the generations a checkpoint's capture compares.
 //!
-//! Page `p` owns two blocks of the page file, **slots** 0 and 1 (blocks `2p` and `2p + 1`). The
+//! Page `p` owns two blocks of the page file, **slots** 0 and 1 (where: `file.rs`). The
 //! durable checkpoint's image of `p`, if it has one, is in slot `durable_slot`; every other write
 //! of `p` (eviction write-back, the next checkpoint) goes to the other slot, so a block the
 //! durable checkpoint uses is never overwritten.

@@ -2,7 +2,8 @@
 //!
 //! A database's checkpoints are **page checkpoints** (`pages.rs`, `map.rs`): the pages changed
 //! since the previous one, written to the page file's spare slots, and a file
-//! `checkpoint-<seq>.ckpt` (magic `TERNCKP2`) naming every page's block. The **logical**
+//! `checkpoint-<seq>.ckpt` (magic `TERNCKP3`, or `TERNCKP2` before the page file's chunks)
+//! naming every page's block. The **logical**
 //! format of this file (magic `TERNCKP1`: every entry of every table, in key order) is what
 //! backups write, and what databases written before page checkpoints hold; opening one loads
 //! it into a new page file, and the next checkpoint is a page checkpoint.
