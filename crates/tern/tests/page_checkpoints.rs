@@ -271,6 +271,17 @@ fn fill(db: &Db, from: u64, to: u64, tag: u8) {
     t.commit().unwrap();
 }
 
+/// A database of `chunks` thousand keys (`key<i>`, values of 100 bytes 1), checkpointed.
+fn checkpointed(chunks: u64) -> (tempfile::TempDir, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    for chunk in 0..chunks {
+        fill(&db, chunk * 1000, (chunk + 1) * 1000, 1);
+    }
+    db.checkpoint().unwrap().unwrap();
+    (dir, db)
+}
+
 fn faulty(dir: &std::path::Path, options: Options) -> (Db, tern::fs::FaultFs) {
     let fs = tern::fs::FaultFs::new();
     (Db::open_with_fs(dir, options, Arc::new(fs.clone())).unwrap(), fs)
@@ -357,12 +368,7 @@ fn a_torn_page_write_is_found_by_its_checksum_never_read_as_data() {
 
 #[test]
 fn a_checkpoint_reads_back_only_the_evicted_leaves_that_hold_version_chains() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), options()).unwrap();
-    for chunk in 0..5u64 {
-        fill(&db, chunk * 1000, (chunk + 1) * 1000, 1);
-    }
-    db.checkpoint().unwrap().unwrap();
+    let (dir, db) = checkpointed(5);
     let update = |db: &Db, tag: u8| {
         for i in (0..5000u64).step_by(50) {
             let mut t = db.begin().unwrap();
@@ -403,12 +409,7 @@ fn a_checkpoint_reads_back_only_the_evicted_leaves_that_hold_version_chains() {
 /// slot-1 blocks), so the cut may fall inside a chunk whose slot-1 half holds durable pages.
 #[test]
 fn cutting_the_free_tail_keeps_the_durable_blocks_of_every_page_left() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), options()).unwrap();
-    for chunk in 0..30u64 {
-        fill(&db, chunk * 1000, (chunk + 1) * 1000, 1);
-    }
-    db.checkpoint().unwrap();
+    let (dir, db) = checkpointed(30);
     // The upper half goes; every page left is rewritten, so the next checkpoint makes the
     // other slot of each durable, and frees the upper half's pages for good.
     for chunk in 15..30u64 {
