@@ -55,21 +55,18 @@ thread_local! {
 }
 
 impl PageFile {
-    /// The pages per chunk of a new page file of `page_size`-byte pages.
-    pub(crate) fn chunk_pages_for(page_size: usize) -> u32 {
-        (CHUNK_BYTES / page_size).clamp(1, MAX_CHUNK_PAGES as usize) as u32
-    }
-
-    /// Creates (or empties) the page file at `path`, with `chunk` pages per chunk.
-    pub(crate) fn create(fs: Arc<dyn Fs>, path: PathBuf, page_size: usize, chunk: u32) -> Result<PageFile> {
+    /// Creates (or empties) the page file at `path`, laid out in chunks of [`CHUNK_BYTES`] of
+    /// blocks per slot.
+    pub(crate) fn create(fs: Arc<dyn Fs>, path: PathBuf, page_size: usize) -> Result<PageFile> {
+        let chunk = (CHUNK_BYTES / page_size).clamp(1, MAX_CHUNK_PAGES as usize) as u32;
         let file = fs
             .create_random(&path)
             .map_err(|source| Error::Io { what: format!("creating page file {}", path.display()), source })?;
-        Ok(PageFile { file, path, page_size, chunk: chunk.max(1), read_only: false, stopped: Default::default() })
+        Ok(PageFile { file, path, page_size, chunk, read_only: false, stopped: Default::default() })
     }
 
     /// Opens the existing page file at `path` (its blocks are a checkpoint's, laid out in
-    /// chunks of `chunk` pages).
+    /// chunks of `chunk` pages: in `1..=MAX_CHUNK_PAGES`, as the page map's parser checks).
     pub(crate) fn open(
         fs: Arc<dyn Fs>,
         path: PathBuf,
@@ -77,9 +74,7 @@ impl PageFile {
         chunk: u32,
         read_only: bool,
     ) -> Result<PageFile> {
-        if !(1..=MAX_CHUNK_PAGES).contains(&chunk) {
-            return Err(Error::InvalidArgument(format!("{chunk} pages per chunk of the page file is out of range")));
-        }
+        debug_assert!((1..=MAX_CHUNK_PAGES).contains(&chunk), "{chunk} pages per chunk");
         let file = fs
             .open_random(&path, read_only)
             .map_err(|source| Error::Io { what: format!("opening page file {}", path.display()), source })?;

@@ -190,7 +190,7 @@ impl Pool {
     /// range (before the file is touched).
     pub fn with_file(config: PoolConfig, fs: Arc<dyn Fs>, path: PathBuf) -> Result<Arc<Pool>> {
         check_page_size(config.page_size)?;
-        let file = PageFile::create(fs, path, config.page_size, PageFile::chunk_pages_for(config.page_size))?;
+        let file = PageFile::create(fs, path, config.page_size)?;
         let pool = Pool::build(config, Some(file));
         super::evict::Evictor::start(&pool);
         Ok(pool)

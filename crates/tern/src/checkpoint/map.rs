@@ -337,14 +337,16 @@ mod tests {
         }
     }
 
+    /// The name of the checkpoint file in `dir`.
+    fn checkpoint_name(dir: &Path) -> String {
+        let mut names = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap());
+        names.find(|n| n.starts_with("checkpoint-") && n.ends_with(".ckpt")).unwrap()
+    }
+
     /// Rewrites the closed database in `dir` as tern wrote it before the page file's chunks:
     /// every block moved to `2p + slot`, the checkpoint in the `TERNCKP2` format.
     fn unchunk(dir: &Path) {
-        let name = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .find(|n| n.starts_with("checkpoint-") && n.ends_with(".ckpt"))
-            .unwrap();
+        let name = checkpoint_name(dir);
         let map = parse(&name, &std::fs::read(dir.join(&name)).unwrap()).unwrap();
         assert!(map.chunk_pages > 1);
         let page = map.page_size as u64;
@@ -385,11 +387,7 @@ mod tests {
         }
         txn.commit().unwrap();
         db.close().unwrap();
-        let name = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .find(|n| n.ends_with(".ckpt"))
-            .unwrap();
+        let name = checkpoint_name(dir.path());
         let raw = std::fs::read(dir.path().join(&name)).unwrap();
         assert!(raw.starts_with(MAGIC), "a new checkpoint is written in the new format");
         assert_eq!(parse(&name, &raw).unwrap().chunk_pages, 1, "the page file keeps its layout");
